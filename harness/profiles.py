@@ -1,0 +1,39 @@
+"""Hypothesis settings profiles: gate (pre-merge), nightly, repro.
+
+gate: a fixed seed (0 unless --hypothesis-seed says otherwise), so a pull request sees the same examples on
+every run while the example database still stores failures (Hypothesis's `derandomize` would drop the
+database); small budgets.
+nightly: random with a seed printed and recorded; ten times the examples.
+repro: runs only explicit examples and failures stored in the example database.
+No deadlines anywhere: a torch.compile costs seconds, and a slow example is not a failure.
+"""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, settings
+
+PROFILES = ("gate", "nightly", "repro")
+NIGHTLY_FACTOR = 10
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+_active = "gate"
+
+
+def activate(name: str, database) -> None:
+    """Register the three profiles over `database` and load `name`; called by the pytest plugin."""
+    global _active
+    common = dict(deadline=None, print_blob=True, database=database, suppress_health_check=_SLOW_OK)
+    settings.register_profile("gate", max_examples=20, **common)
+    settings.register_profile("nightly", max_examples=20 * NIGHTLY_FACTOR, **common)
+    settings.register_profile("repro", max_examples=20, phases=[Phase.explicit, Phase.reuse], **common)
+    settings.load_profile(name)
+    _active = name
+
+
+def active() -> str:
+    return _active
+
+
+def suite_settings(gate_examples: int, **overrides) -> settings:
+    """Settings for one test: `gate_examples` in gate and repro, ten times that in nightly."""
+    factor = NIGHTLY_FACTOR if _active == "nightly" else 1
+    return settings(max_examples=gate_examples * factor, **overrides)

@@ -1,0 +1,128 @@
+"""One JSONL line per finished example, written and flushed as it finishes, so a killed run keeps what it did.
+
+Suites wrap each Hypothesis example body in `example(suite, **drawn)`; the verdict is
+`pass`, `fail` (an oracle fired), `error` (anything else raised: a crash of SGLang or of the harness),
+`expected-error` (SGLang refused the case as its contract says it should), or `skip`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from harness.oracles import OracleFailure
+
+_sink: dict[str, Any] = {"path": None, "context": {}}
+
+
+def configure(report_dir: Path | None, context: dict) -> Path | None:
+    """Point the writer at `report_dir` (None: records are kept in memory only) with run-wide `context`."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    path = None
+    if report_dir is not None:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        path = report_dir / (f"examples.{worker}.jsonl" if worker else "examples.jsonl")
+    _sink.update(path=path, context=dict(context))
+    return path
+
+
+def jsonable(value: Any) -> Any:
+    """Drawn values as JSON: plain data stays, enums by name, tensors by shape, anything else by repr."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return f"tensor{tuple(shape)} {value.dtype}"
+    return repr(value)
+
+
+class Example:
+    """The record of one example; `note()` adds facts the report should show."""
+
+    def __init__(self, suite: str, drawn: dict):
+        self.suite = suite
+        self.drawn = drawn
+        self.notes: dict[str, Any] = {}
+        self.verdict = "pass"
+        self.reason = ""
+
+    def note(self, key: str, value: Any) -> None:
+        self.notes[key] = value
+
+    def expected_error(self, reason: str) -> None:
+        """SGLang refused this case the way its contract says it must: recorded, not a failure."""
+        self.verdict, self.reason = "expected-error", reason
+
+
+def _is_final_run() -> bool:
+    try:
+        from hypothesis.control import current_build_context
+
+        return bool(current_build_context().is_final)
+    except Exception:
+        return False
+
+
+def write(record: dict) -> None:
+    path = _sink["path"]
+    if path is None:
+        return
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write(json.dumps(record, default=repr) + "\n")
+        stream.flush()
+
+
+@contextlib.contextmanager
+def example(suite: str, **drawn):
+    """Wrap one example: yields an `Example`; on exit writes its record, then lets any exception through."""
+    ex = Example(suite, drawn)
+    started = time.perf_counter()
+    record = {"suite": suite, "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+              "drawn": jsonable(drawn)}
+    try:
+        yield ex
+    except OracleFailure as failure:
+        record.update(verdict="fail", oracle=failure.oracle, diagnosis=failure.diagnosis,
+                      details=jsonable(failure.details))
+        raise
+    except Exception as error:  # a crash of the target: recorded with its traceback, then re-raised
+        record.update(verdict="error", oracle="crash", diagnosis=f"{type(error).__name__}: {error}"[:2000],
+                      details={"traceback": traceback.format_exc(limit=12)[-4000:]})
+        raise
+    except BaseException as other:  # pytest.skip, Hypothesis control flow
+        if type(other).__name__ == "Skipped":
+            record.update(verdict="skip", diagnosis=str(other))
+        else:
+            record = {}
+        raise
+    else:
+        record.update(verdict=ex.verdict, diagnosis=ex.reason)
+    finally:
+        if record:
+            record.update(notes=jsonable(ex.notes), seconds=round(time.perf_counter() - started, 4),
+                          final=_is_final_run(), ts=time.time(), **_sink["context"])
+            write(record)
+            if record.get("verdict") in ("fail", "error"):
+                _last_failures[record["test"]] = record
+
+
+_last_failures: dict[str, dict] = {}
+
+
+def last_failure(test: str) -> dict:
+    """The last failing or crashing record of `test` in this process (Hypothesis's final, shrunk example)."""
+    return _last_failures.get(test, {})

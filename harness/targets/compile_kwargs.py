@@ -1,0 +1,105 @@
+"""Adapter for `build_torch_compile_kwargs` (SGLang PR #36249, releases from 0.5.19) and its caller
+`resolve_torch_compile_kwargs`, under a platform of the case's kind.
+
+The platform is an instance of SGLang's own platform classes (CPU, CUDA, NPU, or an out-of-tree subclass of
+its `Platform` with `_enum = OOT`), so SGLang's own `is_out_of_tree()` / `is_npu()` decide the branch. It is
+bound where the function reads it: `torch_compile.current_platform` (bound at import, so patched there).
+The out-of-tree hooks return the drawn values and are recorded by a `HookRecorder`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+from types import ModuleType
+from typing import Any, Callable
+
+from harness.errors import PathMissing
+from harness.oracles.hooks import HookRecorder
+from harness.personalities.ascend import ascend_standins
+from harness.versions import sglang_version
+
+MODULE = "sglang.multimodal_gen.runtime.utils.torch_compile"
+INTERFACE = "sglang.multimodal_gen.runtime.platforms.interface"
+PLATFORM_KINDS = ("cpu", "cuda", "npu", "oot")
+_BUILTIN_CLASSES = {"cpu": ("sglang.multimodal_gen.runtime.platforms.cpu", "CpuPlatform"),
+                    "cuda": ("sglang.multimodal_gen.runtime.platforms.cuda", "CudaPlatformBase"),
+                    "npu": ("sglang.multimodal_gen.runtime.platforms.npu", "NPUPlatformBase")}
+
+
+@dataclasses.dataclass
+class CompileKwargsPath:
+    module: ModuleType
+    build: Callable[..., dict]
+    resolve: Callable[..., tuple] | None
+    platform_base: type
+    oot_enum: Any
+
+
+def load() -> CompileKwargsPath:
+    """Resolve the path in the installed SGLang, or raise PathMissing saying which part is absent."""
+    version = sglang_version()
+    try:
+        module = importlib.import_module(MODULE)
+        interface = importlib.import_module(INTERFACE)
+    except ImportError as error:
+        raise PathMissing(f"SGLang {version} has no {MODULE} ({error}); build_torch_compile_kwargs arrived in "
+                          f"0.5.19 (PR #36249): target 0.5.19 or later") from None
+    build = getattr(module, "build_torch_compile_kwargs", None)
+    if build is None:
+        raise PathMissing(f"SGLang {version}: {MODULE} has no build_torch_compile_kwargs (added in 0.5.19)")
+    base = interface.Platform
+    if not (hasattr(base, "get_compile_backend") and hasattr(base, "get_compile_options")):
+        raise PathMissing(f"SGLang {version}: Platform has no get_compile_backend/get_compile_options hooks, "
+                          f"so build_torch_compile_kwargs has no out-of-tree branch to test")
+    return CompileKwargsPath(module, build, getattr(module, "resolve_torch_compile_kwargs", None), base,
+                             interface.PlatformEnum.OOT)
+
+
+def _platform(path: CompileKwargsPath, kind: str, backend: Any, options: Any, hooks: HookRecorder):
+    if kind == "oot":
+        recorded_backend = hooks.wrap("get_compile_backend", lambda mode=None: backend)
+        recorded_options = hooks.wrap("get_compile_options", lambda module: options)
+
+        class HarnessOutOfTreePlatform(path.platform_base):
+            """An out-of-tree platform whose compile hooks return the drawn values."""
+            _enum = path.oot_enum
+            device_name = device_type = "harness_oot"
+            dispatch_key = "PrivateUse1"
+
+            def get_compile_backend(self, mode=None):
+                return recorded_backend(mode)
+
+            def get_compile_options(self, module):
+                return recorded_options(module)
+
+        return HarnessOutOfTreePlatform()
+    module_name, class_name = _BUILTIN_CLASSES[kind]
+    return getattr(importlib.import_module(module_name), class_name)()
+
+
+@contextlib.contextmanager
+def platform_scope(path: CompileKwargsPath, kind: str, *, backend: Any = None, options: Any = None,
+                   hooks: HookRecorder | None = None):
+    """Bind a platform of `kind` where the function reads it; NPU also gets the Ascend stand-ins."""
+    hooks = hooks if hooks is not None else HookRecorder()
+    platform = _platform(path, kind, backend, options, hooks)
+    saved = path.module.current_platform
+    stand_ins = ascend_standins() if kind == "npu" else contextlib.nullcontext()
+    with stand_ins:
+        path.module.current_platform = platform
+        try:
+            yield platform
+        finally:
+            path.module.current_platform = saved
+
+
+def call(path: CompileKwargsPath, entry: str, *, mode: str | None, module: Any) -> dict:
+    """Call SGLang's entry point: `build` (build_torch_compile_kwargs) or `resolve` (the stages' caller)."""
+    if entry == "build":
+        return path.build(mode=mode, module=module)
+    if path.resolve is None:
+        raise PathMissing(f"SGLang {sglang_version()} has no resolve_torch_compile_kwargs")
+    kwargs, _ = path.resolve(config=type("DitConfig", (), {"torch_compile_mode": mode})(),
+                             default="max-autotune-no-cudagraphs", module=module)
+    return kwargs

@@ -1,0 +1,67 @@
+"""Which SGLang, torch and Hypothesis this run drives: every record and failure carries them."""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import sys
+
+from harness.errors import HarnessError
+
+INSTALL_HINT = ("install the harness environment with `./harness.sh selftest` (or `pip install --no-deps "
+                "sglang==0.5.23 -r requirements/sglang-0.5.23.txt`); for a source checkout "
+                "`pip install --no-deps -e PATH/python`")
+
+
+def require_sglang() -> str:
+    """Return the directory of the importable `sglang` package, or raise a HarnessError that says how to get one."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise HarnessError(f"SGLang is not installed in {sys.executable}: {INSTALL_HINT}")
+    return list(spec.submodule_search_locations)[0]
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+@functools.lru_cache(maxsize=1)
+def sglang_version() -> str:
+    """The version SGLang reports about itself (a source checkout reports its own, not the wheel's)."""
+    require_sglang()
+    try:
+        from sglang.version import __version__
+        return __version__
+    except ImportError:
+        return _dist_version("sglang")
+
+
+def parse(version: str) -> tuple[int, ...]:
+    """'0.5.13.post1' -> (0, 5, 13); enough to order SGLang releases."""
+    parts = []
+    for piece in version.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits or not piece[0].isdigit():
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    import torch
+    import hypothesis
+
+    return {
+        "sglang": sglang_version(),
+        "sglang_path": require_sglang(),
+        "sglang_mutant": os.environ.get("HARNESS_MUTANT", ""),
+        "torch": torch.__version__,
+        "hypothesis": hypothesis.__version__,
+        "python": platform.python_version(),
+    }

@@ -1,0 +1,60 @@
+"""Summarise one run from its JSONL records: per suite the examples, verdicts and time; then each failure
+with its oracle, diagnosis and replay command. Written to the terminal and to REPORT_DIR/summary.md."""
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+VERDICTS = ("pass", "fail", "error", "expected-error", "skip")
+
+
+def load(report_dir: Path, name: str, run_id: str | None = None) -> list[dict]:
+    """Records from REPORT_DIR/NAME*.jsonl (all xdist workers); a torn last line of a killed run is skipped."""
+    rows = []
+    for path in sorted(Path(report_dir).glob(f"{name}*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if run_id is None or row.get("run_id") == run_id:
+                rows.append(row)
+    return rows
+
+
+def summarise(report_dir: Path, run_id: str) -> str:
+    examples = load(report_dir, "examples", run_id)
+    failures = load(report_dir, "failures", run_id)
+    coverage = load(report_dir, "coverage", run_id)
+    if not examples and not failures:
+        return ""
+    by_suite: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    seconds: dict[str, float] = collections.defaultdict(float)
+    for row in examples:
+        by_suite[row["suite"]][row.get("verdict", "error")] += 1
+        seconds[row["suite"]] += row.get("seconds", 0.0)
+    header = f"{'suite':<22}{'examples':>9}" + "".join(f"{v:>16}" for v in VERDICTS) + f"{'seconds':>10}"
+    lines = [header]
+    for suite in sorted(by_suite):
+        counts = by_suite[suite]
+        lines.append(f"{suite:<22}{sum(counts.values()):>9}" + "".join(f"{counts[v]:>16}" for v in VERDICTS)
+                     + f"{seconds[suite]:>10.1f}")
+    for row in coverage:
+        lines.append(f"coverage of SGLang's {row['suite']} code: {row['percent']:.1f}% "
+                     f"({row['covered']}/{row['statements']} statements) "
+                     + ", ".join(f"{f}: {p:.0f}%" for f, p in row["files"].items()))
+    if failures:
+        lines.append("")
+        lines.append(f"{len(failures)} failing test(s):")
+        for row in failures:
+            lines.append(f"- {row['test']}  [{row['oracle']}] {row['diagnosis']}")
+            lines.append(f"    drawn: {json.dumps(row.get('drawn'))}")
+            lines.append(f"    replay: {row['replay']}")
+    text = "\n".join(lines)
+    context = (examples or failures)[0]
+    (Path(report_dir) / "summary.md").write_text(
+        f"# Harness run {run_id}\n\nSGLang {context.get('sglang')}, torch {context.get('torch')}, "
+        f"device {context.get('device')}, profile {context.get('profile')}, seed {context.get('seed')}\n\n"
+        f"```\n{text}\n```\n", encoding="utf-8")
+    return text

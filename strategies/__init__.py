@@ -1,0 +1,1 @@
+"""Hypothesis strategies: what the harness draws. Public and thin; the machinery lives in `harness/`."""

@@ -1,0 +1,67 @@
+"""build_torch_compile_kwargs: draw a platform and what its compile hooks return, let SGLang's real function
+build the torch.compile kwargs, check the hook contract, then compile a real module with them and compare with
+eager (known bug class 3, SGLang PR #36249)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import example as explicit, given
+
+from harness.errors import PathMissing
+from harness.models.small import ModuleSpec
+from harness.oracles import compile_contract
+from harness.oracles.compiles import PlatformError, check_compiles
+from harness.oracles.hooks import HookRecorder
+from harness.profiles import suite_settings
+from harness.record import example
+from harness.targets import compile_kwargs as target
+from strategies.compile_kwargs import CompileCase, compile_cases, recording_backend
+
+RESOLVE_DEFAULT_MODE = "max-autotune-no-cudagraphs"  # what the denoising stage passes as default
+SMALL = ModuleSpec("mlp", 2, 8, "float32")
+
+
+@pytest.fixture(scope="module")
+def compile_path():
+    try:
+        return target.load()
+    except PathMissing as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="module")
+def compile_outcomes() -> dict:
+    """Compile outcomes per (kwargs, module) for this module's run: a compile costs seconds on a CPU."""
+    return {}
+
+
+def effective_mode(case: CompileCase) -> str | None:
+    """The mode SGLang's entry point works with: resolve_torch_compile_kwargs asks none on NPU, else the
+    configured mode or its default."""
+    if case.entry == "build":
+        return case.mode
+    return None if case.platform == "npu" else (case.mode or RESOLVE_DEFAULT_MODE)
+
+
+@suite_settings(gate_examples=40)
+@given(case=compile_cases())
+# Pinned regressions of bug class 3: options with a mode, hooks answering for inductor, a callable backend.
+@explicit(case=CompileCase("oot", "inductor", {"epilogue_fusion": True, "max_autotune": False}, "max-autotune",
+                      "build", True, SMALL))
+@explicit(case=CompileCase("oot", "inductor", None, "max-autotune-no-cudagraphs", "resolve", True, SMALL))
+@explicit(case=CompileCase("oot", recording_backend, None, None, "build", True, SMALL))
+@explicit(case=CompileCase("npu", "inductor", None, None, "resolve", True, SMALL))
+def test_compile_kwargs(case: CompileCase, compile_path, compile_outcomes):
+    with example("compile_kwargs", **case.drawn()) as ex:
+        hooks, module, mode = HookRecorder(), case.module.build(), effective_mode(case)
+        with target.platform_scope(compile_path, case.platform, backend=case.backend, options=case.options,
+                                   hooks=hooks):
+            kwargs = target.call(compile_path, case.entry, mode=case.mode,
+                                 module=module if case.pass_module else None)
+        ex.note("kwargs", {k: getattr(v, "__name__", v) for k, v in kwargs.items()})
+        compile_contract.check(case.platform, mode=mode, module=module if case.pass_module else None,
+                               backend=case.backend, options=case.options, kwargs=kwargs, hooks=hooks)
+        own = {"backend": case.backend, "options": case.options} if case.platform == "oot" else None
+        try:
+            check_compiles(kwargs, case.module, platform_values=own, cache=compile_outcomes)
+        except PlatformError as error:
+            ex.expected_error(str(error))

@@ -1,0 +1,58 @@
+"""Each mutant re-introduces a break of the build_torch_compile_kwargs contract into a scratch copy of the
+installed SGLang; the suite must fail naming the broken contract. Clean SGLang must pass."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.mutant_runs import run_suite_on_mutant
+
+SUITE = "suites/test_compile_kwargs.py"
+FILE = "multimodal_gen/runtime/utils/torch_compile.py"
+
+# name -> (edits, oracle expected in the failure record, text expected in the diagnosis)
+MUTANTS = {
+    # Known bug class 3: mode reaches torch.compile together with the platform's options.
+    "mode_with_options": (
+        [(FILE, '"options" not in compile_kwargs\n            and backend == "inductor"', 'backend == "inductor"')],
+        "kwargs-validity", "mode and options both reach torch.compile"),
+    # The out-of-tree hooks ignored: falls back to inductor with plain mode.
+    "oot_hooks_ignored": (
+        [(FILE, "if current_platform.is_out_of_tree():", "if False and current_platform.is_out_of_tree():")],
+        "hook-contract", "get_compile_backend"),
+    # The module not passed to the options hook.
+    "module_not_passed_to_options_hook": (
+        [(FILE, "current_platform.get_compile_options(module)", "current_platform.get_compile_options(None)")],
+        "hook-contract", "get_compile_options must receive the module"),
+    # The stages' entry point drops the module on its way to build_torch_compile_kwargs.
+    "resolve_drops_module": (
+        [(FILE, "        mode=mode,\n        module=module,\n", "        mode=mode,\n")],
+        "hook-contract", "the module being compiled must reach get_compile_options"),
+    # NPU loses dynamic=False.
+    "npu_dynamic_dropped": (
+        [(FILE, '        compile_kwargs["dynamic"] = False\n', "")],
+        "kwargs-validity", "expected dynamic=False"),
+    # Built-in platforms lose the compile mode.
+    "builtin_mode_dropped": (
+        [(FILE, '    elif mode is not None:\n        compile_kwargs["mode"] = mode', "    elif False:\n        pass")],
+        "kwargs-validity", "did not reach torch.compile"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
+    edits, oracle, diagnosis = MUTANTS[name]
+    code, output = run_suite_on_mutant(SUITE, name, edits, tmp_path)
+    assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
+    failures = [json.loads(line) for line in (tmp_path / "failures.jsonl").read_text().splitlines()]
+    assert failures[0]["oracle"] == oracle, failures[0]
+    assert diagnosis in failures[0]["diagnosis"], failures[0]
+    assert failures[0]["sglang_mutant"] == name and failures[0]["test"] in failures[0]["replay"]
+
+
+def test_clean_sglang_passes(tmp_path):
+    code, output = run_suite_on_mutant(SUITE, "clean", [], tmp_path)
+    assert code == 0, output[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "examples.jsonl").read_text().splitlines()]
+    assert len(rows) >= 40 and not [r for r in rows if r["verdict"] in ("fail", "error")]
