@@ -35,6 +35,8 @@ def pytest_addoption(parser):
     group.addoption("--example-db", default=None,
                     help="Hypothesis example database directory, shareable between CI workers "
                          "(default REPORT_DIR/hypothesis-db)")
+    group.addoption("--sglang-coverage", action="store_true",
+                    help="measure which statements of SGLang's targeted code the run executed (not under xdist)")
     group.addoption("--replay-blob", default=None,
                     help="replay exactly one example: the b'...' text of a failure's @reproduce_failure")
 
@@ -69,9 +71,26 @@ def pytest_configure(config):
     context = {"run_id": run_id, "device": config.getoption("--device"),
                "personality": config.getoption("--personality"), "profile": profile, "seed": seed, **found}
     record.configure(report_dir, context)
-    config._harness = {"report_dir": report_dir, "context": context, "started": time.time()}
+    config._harness = {"report_dir": report_dir, "context": context, "started": time.time(), "coverage": None}
+    if config.getoption("--sglang-coverage") and not _under_xdist(config):
+        from harness.sglang_coverage import SGLangCoverage
+
+        config._harness["coverage"] = SGLangCoverage(found["sglang_path"])
     if not getattr(config.option, "xmlpath", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
         config.option.xmlpath = str(report_dir / "junit.xml")
+
+
+def _under_xdist(config) -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "numprocesses", None))
+
+
+def pytest_sessionfinish(session):
+    harness = getattr(session.config, "_harness", None)
+    if not harness or harness["coverage"] is None:
+        return
+    harness["coverage"].stop()
+    for row in harness["coverage"].results():
+        record.write_to(harness["report_dir"] / "coverage.jsonl", {**row, "run_id": harness["context"]["run_id"]})
 
 
 def pytest_report_header(config):

@@ -78,9 +78,12 @@ def _is_final_run() -> bool:
 
 
 def write(record: dict) -> None:
-    path = _sink["path"]
-    if path is None:
-        return
+    if _sink["path"] is not None:
+        write_to(_sink["path"], record)
+
+
+def write_to(path: Path, record: dict) -> None:
+    """Append one JSON line and flush it: a run killed after this line still has it."""
     with open(path, "a", encoding="utf-8") as stream:
         stream.write(json.dumps(record, default=repr) + "\n")
         stream.flush()

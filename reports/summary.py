@@ -34,8 +34,10 @@ def summarise(report_dir: Path, run_id: str) -> str:
     for row in examples:
         by_suite[row["suite"]][row.get("verdict", "error")] += 1
         seconds[row["suite"]] += row.get("seconds", 0.0)
+    lines = []
     header = f"{'suite':<22}{'examples':>9}" + "".join(f"{v:>16}" for v in VERDICTS) + f"{'seconds':>10}"
-    lines = [header]
+    if examples:
+        lines.append(header)
     for suite in sorted(by_suite):
         counts = by_suite[suite]
         lines.append(f"{suite:<22}{sum(counts.values()):>9}" + "".join(f"{counts[v]:>16}" for v in VERDICTS)

@@ -43,11 +43,13 @@ class CompileCase:
     entry: str          # "build": build_torch_compile_kwargs; "resolve": resolve_torch_compile_kwargs
     pass_module: bool   # whether the caller hands the module in
     module: ModuleSpec
+    comm_overlap: bool = False  # enable_inductor_compute_comm_overlap, as the denoising stage passes it
 
     def drawn(self) -> dict:
         backend = getattr(self.backend, "__name__", self.backend)
         return {"platform": self.platform, "backend": backend, "options": self.options, "mode": self.mode,
-                "entry": self.entry, "pass_module": self.pass_module, "module": dataclasses.asdict(self.module)}
+                "entry": self.entry, "pass_module": self.pass_module, "module": dataclasses.asdict(self.module),
+                "comm_overlap": self.comm_overlap}
 
 
 modules = st.builds(ModuleSpec, kind=st.sampled_from(KINDS), batch=st.integers(1, 4),
@@ -72,4 +74,5 @@ def compile_cases(draw, platforms=PLATFORM_KINDS) -> CompileCase:
         entry=entry,
         pass_module=True if entry == "resolve" else draw(st.booleans()),
         module=draw(modules),
+        comm_overlap=draw(st.booleans()),
     )

@@ -28,10 +28,16 @@ def compile_path():
         pytest.skip(str(missing))
 
 
-@pytest.fixture(scope="module")
-def compile_outcomes() -> dict:
+class CompileOutcomes(dict):
     """Compile outcomes per (kwargs, module) for this module's run: a compile costs seconds on a CPU."""
-    return {}
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} cached compile outcomes>"
+
+
+@pytest.fixture(scope="module")
+def compile_outcomes() -> CompileOutcomes:
+    return CompileOutcomes()
 
 
 def effective_mode(case: CompileCase) -> str | None:
@@ -47,7 +53,7 @@ def effective_mode(case: CompileCase) -> str | None:
 # Pinned regressions of bug class 3: options with a mode, hooks answering for inductor, a callable backend.
 @explicit(case=CompileCase("oot", "inductor", {"epilogue_fusion": True, "max_autotune": False}, "max-autotune",
                       "build", True, SMALL))
-@explicit(case=CompileCase("oot", "inductor", None, "max-autotune-no-cudagraphs", "resolve", True, SMALL))
+@explicit(case=CompileCase("oot", "inductor", None, "max-autotune-no-cudagraphs", "resolve", True, SMALL, True))
 @explicit(case=CompileCase("oot", recording_backend, None, None, "build", True, SMALL))
 @explicit(case=CompileCase("npu", "inductor", None, None, "resolve", True, SMALL))
 def test_compile_kwargs(case: CompileCase, compile_path, compile_outcomes):
@@ -56,7 +62,7 @@ def test_compile_kwargs(case: CompileCase, compile_path, compile_outcomes):
         with target.platform_scope(compile_path, case.platform, backend=case.backend, options=case.options,
                                    hooks=hooks):
             kwargs = target.call(compile_path, case.entry, mode=case.mode,
-                                 module=module if case.pass_module else None)
+                                 module=module if case.pass_module else None, comm_overlap=case.comm_overlap)
         ex.note("kwargs", {k: getattr(v, "__name__", v) for k, v in kwargs.items()})
         compile_contract.check(case.platform, mode=mode, module=module if case.pass_module else None,
                                backend=case.backend, options=case.options, kwargs=kwargs, hooks=hooks)

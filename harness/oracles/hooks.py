@@ -55,10 +55,12 @@ class HookRecorder:
         self.assert_called(name, times=0, why=why)
 
     def assert_argument(self, name: str, position: int, keyword: str, expected: Any, *, why: str = "") -> None:
-        """Every call of `name` received `expected` (by identity), positionally at `position` or as `keyword`."""
+        """Every call of `name` received `expected`, positionally at `position` or as `keyword`: the very object
+        (a module must be the one being compiled), or an equal value for plain data (a mode string)."""
         for call in self.assert_called(name, why=why):
             got = call.args[position] if len(call.args) > position else call.kwargs.get(keyword, "<missing>")
-            if got is not expected:
+            plain = isinstance(expected, (str, int, float, bool, type(None)))
+            if not (got is expected or (plain and type(got) is type(expected) and got == expected)):
                 raise OracleFailure(ORACLE, f"hook {name} received {keyword}={_short(got)}, expected {_short(expected)}"
                                     + (f": {why}" if why else ""))
 

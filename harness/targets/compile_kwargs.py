@@ -35,6 +35,9 @@ class CompileKwargsPath:
     platform_base: type
     oot_enum: Any
 
+    def __repr__(self) -> str:
+        return f"<build_torch_compile_kwargs of SGLang {sglang_version()}>"
+
 
 def load() -> CompileKwargsPath:
     """Resolve the path in the installed SGLang, or raise PathMissing saying which part is absent."""
@@ -94,12 +97,19 @@ def platform_scope(path: CompileKwargsPath, kind: str, *, backend: Any = None, o
             path.module.current_platform = saved
 
 
-def call(path: CompileKwargsPath, entry: str, *, mode: str | None, module: Any) -> dict:
-    """Call SGLang's entry point: `build` (build_torch_compile_kwargs) or `resolve` (the stages' caller)."""
-    if entry == "build":
-        return path.build(mode=mode, module=module)
-    if path.resolve is None:
-        raise PathMissing(f"SGLang {sglang_version()} has no resolve_torch_compile_kwargs")
-    kwargs, _ = path.resolve(config=type("DitConfig", (), {"torch_compile_mode": mode})(),
-                             default="max-autotune-no-cudagraphs", module=module)
-    return kwargs
+def call(path: CompileKwargsPath, entry: str, *, mode: str | None, module: Any, comm_overlap: bool = False) -> dict:
+    """Call SGLang's entry point: `build` (build_torch_compile_kwargs) or `resolve` (the stages' caller).
+
+    Inductor's process-wide config, which the comm-overlap option sets, is restored afterwards.
+    """
+    import torch._inductor.config as inductor_config
+
+    overlap = {"enable_inductor_compute_comm_overlap": comm_overlap}
+    with inductor_config.patch(reorder_for_compute_comm_overlap=inductor_config.reorder_for_compute_comm_overlap):
+        if entry == "build":
+            return path.build(mode=mode, module=module, **overlap)
+        if path.resolve is None:
+            raise PathMissing(f"SGLang {sglang_version()} has no resolve_torch_compile_kwargs")
+        kwargs, _ = path.resolve(config=type("DitConfig", (), {"torch_compile_mode": mode})(),
+                                 default="max-autotune-no-cudagraphs", module=module, **overlap)
+        return kwargs

@@ -1,0 +1,22 @@
+"""Speed of the build_torch_compile_kwargs suite: examples per second on clean SGLang, and seconds from the
+suite's start (a fresh process: imports included) until each mutant is first detected."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import print_table, run_suite  # noqa: E402
+from tests.test_compile_kwargs_mutants import MUTANTS, SUITE  # noqa: E402
+
+
+def main() -> None:
+    rows = [run_suite(SUITE)]
+    for name, (edits, _, _) in sorted(MUTANTS.items()):
+        rows.append(run_suite(SUITE, edits, name))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Command line: `python -m harness campaign|selftest|targets [...]` (README has the details).
+
+Anything after the known options goes to pytest unchanged (e.g. `-k decode`, `-n 2`, `--hypothesis-seed 7`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ADAPTERS = {"compile_kwargs": "harness.targets.compile_kwargs", "decode_capture": "harness.targets.decode_runner",
+            "prefill_pcg": "harness.targets.prefill_runner"}
+
+
+def _pytest(args: list[str]) -> int:
+    import pytest
+
+    os.chdir(REPO_ROOT)
+    code = int(pytest.main(args))
+    return 0 if code == 5 and "--profile=repro" in args else code
+
+
+def campaign(options, extra: list[str]) -> int:
+    report_dir = Path(options.report_dir or f"reports/campaign-{time.strftime('%Y%m%d-%H%M%S')}")
+    args = ["suites", f"--device={options.device}", f"--profile={options.profile}",
+            f"--report-dir={report_dir}", "-q", "-rfEs"]
+    if not any(a.startswith("-n") for a in extra):
+        args.append("--sglang-coverage")
+    code = _pytest(args + extra)
+    print(f"\n[harness] campaign {'passed' if code == 0 else 'FAILED'}; reports in {REPO_ROOT / report_dir}: "
+          "summary.md, examples.jsonl, failures.jsonl, junit.xml")
+    return code
+
+
+def selftest(options, extra: list[str]) -> int:
+    return _pytest(["tests", "-q", "-rfEs"] + extra)
+
+
+def targets(options, extra: list[str]) -> int:
+    from harness.errors import HarnessError, PathMissing
+    from harness.versions import versions
+
+    try:
+        found = versions()
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"SGLang {found['sglang']} at {found['sglang_path']}; torch {found['torch']}")
+    for name, module in ADAPTERS.items():
+        try:
+            adapter = importlib.import_module(module)
+            adapter.load()
+            print(f"  {name:<16} available")
+        except PathMissing as missing:
+            print(f"  {name:<16} missing: {missing}")
+        except Exception as error:  # an adapter that cannot even load is worth a line, not a traceback
+            print(f"  {name:<16} broken: {type(error).__name__}: {error}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("campaign", help="fuzz every suite against the installed SGLang, with a report")
+    run.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"))
+    run.add_argument("--profile", default="gate", choices=("gate", "nightly", "repro"))
+    run.add_argument("--report-dir", default=None, help="default reports/campaign-TIMESTAMP")
+    run.set_defaults(handler=campaign)
+    commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)
+    commands.add_parser("targets", help="which targeted SGLang paths the installed release has").set_defaults(
+        handler=targets)
+    options, extra = parser.parse_known_args(argv)
+    return options.handler(options, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

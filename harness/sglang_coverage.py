@@ -1,0 +1,80 @@
+"""How much of SGLang's targeted code a run really executed (coverage.py restricted to those files, or to
+named functions in them), so people can see what the harness drives and what it leaves unreached.
+
+Targets are `path/in/sglang[::function]`; a function target counts only the statements inside it.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+TARGETS: dict[str, list[str]] = {
+    "compile_kwargs": [
+        "multimodal_gen/runtime/utils/torch_compile.py::build_torch_compile_kwargs",
+        "multimodal_gen/runtime/utils/torch_compile.py::resolve_torch_compile_kwargs",
+    ],
+    "decode_capture": [
+        "srt/model_executor/runner/decode_cuda_graph_runner.py",
+        "srt/model_executor/runner/base_cuda_graph_runner.py",
+        "srt/model_executor/runner_backend/full_cuda_graph_backend.py",
+        "srt/compilation/torch_compile_decoration.py",
+    ],
+    "prefill_pcg": [
+        "srt/model_executor/runner/prefill_cuda_graph_runner.py",
+        "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py",
+        "srt/compilation/backend.py",
+        "srt/compilation/compile.py",
+        "srt/compilation/cuda_piecewise_backend.py",
+    ],
+}
+
+
+def _function_lines(path: Path, name: str) -> set[int] | None:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return set(range(node.lineno, node.end_lineno + 1))
+    return None
+
+
+class SGLangCoverage:
+    """Start before SGLang is driven, `stop()` after; `results()` gives a record per suite."""
+
+    def __init__(self, sglang_dir: str):
+        import coverage
+
+        self.root = Path(sglang_dir)
+        files = {t.split("::")[0] for targets in TARGETS.values() for t in targets}
+        self.cov = coverage.Coverage(data_file=None, include=[str(self.root / f) for f in files],
+                                     config_file=False)
+        self.cov.start()
+
+    def stop(self) -> None:
+        self.cov.stop()
+
+    def results(self) -> list[dict]:
+        records = []
+        data = self.cov.get_data()
+        for suite, targets in TARGETS.items():
+            per_file, statements_total, covered_total = {}, 0, 0
+            for target in targets:
+                relative, _, function = target.partition("::")
+                path = self.root / relative
+                if not path.exists():
+                    continue
+                _, statements, _, missing, _ = self.cov.analysis2(os.fspath(path))
+                if function:
+                    lines = _function_lines(path, function)
+                    if lines is None:
+                        continue
+                    statements = [s for s in statements if s in lines]
+                    missing = [m for m in missing if m in lines]
+                executed = set(data.lines(os.fspath(path.resolve())) or data.lines(os.fspath(path)) or [])
+                covered = len([s for s in statements if s in executed])
+                statements_total += len(statements)
+                covered_total += covered
+                per_file[target.rsplit("/", 1)[-1]] = 100.0 * covered / max(1, len(statements))
+            if covered_total:
+                records.append({"suite": suite, "statements": statements_total, "covered": covered_total,
+                                "percent": 100.0 * covered_total / max(1, statements_total), "files": per_file})
+        return records
