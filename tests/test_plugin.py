@@ -1,0 +1,68 @@
+"""The plugin and the command line: bad input gets a clear message, records survive a killed run, and a
+failure's replay command really replays it."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+
+import pytest
+
+from harness import __main__ as cli
+from harness.errors import HarnessError
+from harness.mutants import run_pytest
+from harness.versions import require_sglang
+from reports.summary import load
+from tests.mutant_runs import run_suite_on_mutant
+from tests.test_compile_kwargs_mutants import MUTANTS, SUITE
+
+
+@pytest.mark.parametrize("option, value, choices", [("--device", "tpu", "'cpu', 'cuda', 'npu'"),
+                                                    ("--profile", "fast", "'gate', 'nightly', 'repro'"),
+                                                    ("--personality", "tpu", "'cuda', 'npu'")])
+def test_unknown_option_values_are_refused_with_the_choices(option, value, choices, tmp_path):
+    code, output = run_pytest([SUITE, option, value, "--report-dir", str(tmp_path)])
+    assert code == 4, output
+    assert f"argument {option}: invalid choice: '{value}' (choose from {choices})" in output
+
+
+def test_missing_sglang_says_how_to_install_it(monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else real(name, *a))
+    with pytest.raises(HarnessError, match="SGLang is not installed in .*pip install --no-deps"):
+        require_sglang()
+    from harness import versions
+    versions.versions.cache_clear()
+    try:
+        assert cli.main(["targets"]) == 2
+    finally:
+        versions.versions.cache_clear()
+    assert "SGLang is not installed" in capsys.readouterr().err
+
+
+def test_a_release_without_the_path_skips_with_the_reason(tmp_path):
+    renamed = [("multimodal_gen/runtime/utils/torch_compile.py", "def build_torch_compile_kwargs(",
+                "def _renamed_build_torch_compile_kwargs(")]
+    code, output = run_suite_on_mutant(SUITE, "path_missing", renamed, tmp_path, extra=("-rs",))
+    assert code == 0 and "1 skipped" in output, output[-2000:]
+    assert "has no build_torch_compile_kwargs (added in 0.5.19)" in output
+
+
+def test_records_of_a_killed_run_are_kept_up_to_the_torn_line(tmp_path):
+    good = {"suite": "s", "verdict": "pass", "run_id": "r"}
+    (tmp_path / "examples.jsonl").write_text(json.dumps(good) + "\n" + '{"suite": "s", "verd')
+    assert load(tmp_path, "examples", "r") == [good]
+
+
+def test_the_replay_command_of_a_failure_replays_it(tmp_path):
+    edits, oracle, diagnosis = MUTANTS["oot_hooks_ignored"]
+    first, _ = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "first")
+    failure = json.loads((tmp_path / "first" / "failures.jsonl").read_text().splitlines()[0])
+    assert first == 1 and {"seed", "sglang", "torch", "drawn", "replay"} <= failure.keys()
+    words = shlex.split(failure["replay"])
+    assert words[:3] == ["python", "-m", "pytest"]
+    replay_dir = tmp_path / "replay"
+    words[words.index("--report-dir") + 1] = str(replay_dir)
+    again, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, replay_dir, extra=tuple(words[4:]))
+    replayed = json.loads((replay_dir / "failures.jsonl").read_text().splitlines()[0])
+    assert again == 1 and replayed["oracle"] == oracle and diagnosis in replayed["diagnosis"], output[-2000:]
