@@ -68,7 +68,9 @@ def pytest_configure(config):
     profiles.activate(profile, DirectoryBasedExampleDatabase(str(database)))
     seed = _seed(config)
     run_id = os.environ.setdefault("HARNESS_RUN_ID", uuid.uuid4().hex[:12])
-    context = {"run_id": run_id, "device": config.getoption("--device"),
+    from harness.repro import RECORD_FORMAT
+
+    context = {"record_format": RECORD_FORMAT, "run_id": run_id, "device": config.getoption("--device"),
                "personality": config.getoption("--personality"), "profile": profile, "seed": seed, **found}
     record.configure(report_dir, context)
     config._harness = {"report_dir": report_dir, "context": context, "started": time.time(), "coverage": None}
@@ -165,9 +167,13 @@ def pytest_runtest_makereport(item, call):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if os.environ.get("PYTEST_XDIST_WORKER") or not hasattr(config, "_harness"):
         return
+    from reports.html import render
     from reports.summary import summarise
 
-    text = summarise(config._harness["report_dir"], config._harness["context"]["run_id"])
+    report_dir, run_id = config._harness["report_dir"], config._harness["context"]["run_id"]
+    text = summarise(report_dir, run_id)
     if text:
         terminalreporter.write_sep("=", "harness summary")
         terminalreporter.write_line(text)
+        page = render(report_dir, run_id)
+        terminalreporter.write_line(f"report: {page}")

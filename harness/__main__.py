@@ -62,6 +62,17 @@ def targets(options, extra: list[str]) -> int:
     return 0
 
 
+def repro(options, extra: list[str]) -> int:
+    from harness.errors import HarnessError
+    from harness.repro import repro as run_repro
+
+    try:
+        return run_repro(options.file, options.budget, Path(options.out))
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)
     commands.add_parser("targets", help="which targeted SGLang paths the installed release has").set_defaults(
         handler=targets)
+    again = commands.add_parser("repro", help="reproduce a reported crash from a log, traceback or failure record")
+    again.add_argument("file", help="a pasted log or traceback, or a line of a run's failures.jsonl")
+    again.add_argument("--budget", type=float, default=300.0, help="seconds to search (default 300)")
+    again.add_argument("--out", default="reports/repro", help="where the standalone script goes")
+    again.set_defaults(handler=repro)
     options, extra = parser.parse_known_args(argv)
     return options.handler(options, extra)
 

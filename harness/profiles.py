@@ -21,9 +21,13 @@ _active = "gate"
 def activate(name: str, database) -> None:
     """Register the three profiles over `database` and load `name`; called by the pytest plugin."""
     global _active
+    from harness.conditions import conditions
+
     common = dict(deadline=None, print_blob=True, database=database, suppress_health_check=_SLOW_OK)
     settings.register_profile("gate", max_examples=20, **common)
-    settings.register_profile("nightly", max_examples=20 * NIGHTLY_FACTOR, **common)
+    # A repro search (conditions set) must find the failure by generation, not by a pinned explicit example.
+    search = dict(phases=[Phase.generate, Phase.target, Phase.shrink]) if conditions() else {}
+    settings.register_profile("nightly", max_examples=20 * NIGHTLY_FACTOR, **common, **search)
     settings.register_profile("repro", max_examples=20, phases=[Phase.explicit, Phase.reuse], **common)
     settings.load_profile(name)
     _active = name

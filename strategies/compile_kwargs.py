@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from harness.conditions import narrow
 from harness.models.small import DTYPES, KINDS, ModuleSpec
 from harness.targets.compile_kwargs import PLATFORM_KINDS
 
@@ -45,6 +46,12 @@ class CompileCase:
     module: ModuleSpec
     comm_overlap: bool = False  # enable_inductor_compute_comm_overlap, as the denoising stage passes it
 
+    @classmethod
+    def from_drawn(cls, drawn: dict) -> "CompileCase":
+        """Rebuild a case from its record (the callable backend is recorded by name)."""
+        backend = recording_backend if drawn["backend"] == recording_backend.__name__ else drawn["backend"]
+        return cls(**{**drawn, "backend": backend, "module": ModuleSpec(**drawn["module"])})
+
     def drawn(self) -> dict:
         backend = getattr(self.backend, "__name__", self.backend)
         return {"platform": self.platform, "backend": backend, "options": self.options, "mode": self.mode,
@@ -63,14 +70,15 @@ _PLATFORM_WEIGHTS = ("oot", "oot", "oot", "cpu", "cuda", "npu")
 
 @st.composite
 def compile_cases(draw, platforms=PLATFORM_KINDS) -> CompileCase:
-    platform = draw(st.sampled_from([p for p in _PLATFORM_WEIGHTS if p in platforms]))
+    platform = draw(narrow("platform", st.sampled_from([p for p in _PLATFORM_WEIGHTS if p in platforms]),
+                           platforms))
     entry = draw(st.sampled_from(("build", "resolve")))
     out_of_tree = platform == "oot"  # only an out-of-tree platform's hooks are asked
     return CompileCase(
         platform=platform,
-        backend=draw(st.sampled_from(BACKENDS)) if out_of_tree else "inductor",
-        options=draw(st.sampled_from(OPTIONS)) if out_of_tree else None,
-        mode=draw(st.sampled_from(MODES)),
+        backend=draw(narrow("backend", st.sampled_from(BACKENDS), BACKENDS)) if out_of_tree else "inductor",
+        options=draw(narrow("options", st.sampled_from(OPTIONS))) if out_of_tree else None,
+        mode=draw(narrow("mode", st.sampled_from(MODES), MODES)),
         entry=entry,
         pass_module=True if entry == "resolve" else draw(st.booleans()),
         module=draw(modules),

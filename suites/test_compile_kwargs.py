@@ -57,6 +57,16 @@ def effective_mode(case: CompileCase) -> str | None:
 @explicit(case=CompileCase("oot", recording_backend, None, None, "build", True, SMALL))
 @explicit(case=CompileCase("npu", "inductor", None, None, "resolve", True, SMALL))
 def test_compile_kwargs(case: CompileCase, compile_path, compile_outcomes):
+    check_case(case, compile_path, compile_outcomes)
+
+
+def replay_case(drawn: dict) -> None:
+    """One recorded example, without Hypothesis or pytest: what repro scripts and pinned regressions call."""
+    check_case(CompileCase.from_drawn(drawn), target.load(), CompileOutcomes())
+
+
+def check_case(case: CompileCase, compile_path, compile_outcomes) -> None:
+    """One example: SGLang builds the kwargs under the case's platform; the contract and the compile are checked."""
     with example("compile_kwargs", **case.drawn()) as ex:
         hooks, module, mode = HookRecorder(), case.module.build(), effective_mode(case)
         with target.platform_scope(compile_path, case.platform, backend=case.backend, options=case.options,

@@ -1,0 +1,129 @@
+"""One self-contained HTML page per run (no server, no scripts): per suite the examples, verdicts, time and
+coverage of SGLang's targeted code; a picture of what was explored (two drawn dimensions, each cell shaded by
+how many examples landed there and outlined red where one failed); then every failure with its drawn values,
+oracle, diagnosis and replay command."""
+from __future__ import annotations
+
+import collections
+import html
+import json
+from pathlib import Path
+
+from reports.summary import VERDICTS, load
+
+# The two drawn values each suite's picture is drawn over (x, y); other suites use their first two scalars.
+AXES = {
+    "compile_kwargs": ("platform", "backend"),
+    "decode_capture": ("replay_bs", "forward_mode"),
+    "prefill_pcg": ("num_tokens", "forward_mode"),
+}
+COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#6a1b9a", "expected-error": "#ef6c00", "skip": "#757575"}
+
+
+def _scalar_keys(drawn: dict) -> list[str]:
+    return [k for k, v in drawn.items() if isinstance(v, (str, int, float, bool)) or v is None]
+
+
+def _value(drawn: dict, key: str) -> str:
+    value = drawn.get(key)
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def _order(values: set[str]) -> list[str]:
+    def key(text):
+        try:
+            return (0, float(text), text)
+        except ValueError:
+            return (1, 0.0, text)
+    return sorted(values, key=key)
+
+
+def picture(suite: str, rows: list[dict]) -> str:
+    """An SVG grid: x and y are two drawn values; shade = examples there; red outline = a failure there."""
+    drawn_rows = [r for r in rows if isinstance(r.get("drawn"), dict)]
+    if not drawn_rows:
+        return ""
+    x_key, y_key = AXES.get(suite, (None, None))
+    keys = _scalar_keys(drawn_rows[0]["drawn"])
+    if x_key not in drawn_rows[0]["drawn"] or y_key not in drawn_rows[0]["drawn"]:
+        if len(keys) < 2:
+            return ""
+        x_key, y_key = keys[0], keys[1]
+    cells: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)
+    for row in drawn_rows:
+        cells[(_value(row["drawn"], x_key), _value(row["drawn"], y_key))][row.get("verdict", "error")] += 1
+    xs, ys = _order({x for x, _ in cells}), _order({y for _, y in cells})
+    size, left, top = 40, 170, 8
+    most = max(sum(c.values()) for c in cells.values())
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + size * len(xs) + 20}" '
+             f'height="{top + size * len(ys) + 110}" font-family="sans-serif" font-size="11">']
+    for j, y in enumerate(ys):
+        parts.append(f'<text x="{left - 6}" y="{top + j * size + size / 2 + 4}" text-anchor="end">'
+                     f'{html.escape(y[:26])}</text>')
+    for i, x in enumerate(xs):
+        cx = left + i * size + size / 2
+        parts.append(f'<text transform="translate({cx},{top + len(ys) * size + 8}) rotate(60)">'
+                     f'{html.escape(x[:18])}</text>')
+    for (x, y), counts in cells.items():
+        i, j = xs.index(x), ys.index(y)
+        total, failed = sum(counts.values()), counts["fail"] + counts["error"]
+        shade = 0.15 + 0.85 * total / most
+        outline = 'stroke="#c62828" stroke-width="3"' if failed else 'stroke="#fff"'
+        title = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        parts.append(f'<rect x="{left + i * size}" y="{top + j * size}" width="{size - 2}" height="{size - 2}" '
+                     f'fill="#1565c0" fill-opacity="{shade:.2f}" {outline}><title>{html.escape(x_key)}={html.escape(x)}, '
+                     f'{html.escape(y_key)}={html.escape(y)}: {title}</title></rect>')
+        if failed:
+            parts.append(f'<text x="{left + i * size + size / 2 - 1}" y="{top + j * size + size / 2 + 4}" '
+                         f'text-anchor="middle" fill="#fff" font-weight="bold">{failed}</text>')
+    parts.append("</svg>")
+    caption = (f"<p>{html.escape(y_key)} (rows) by {html.escape(x_key)} (columns): darker cells had more examples; "
+               "a red outline and number mark failing examples. Hover a cell for its verdicts.</p>")
+    return caption + "".join(parts)
+
+
+def render(report_dir: Path, run_id: str) -> Path | None:
+    examples = load(report_dir, "examples", run_id)
+    failures = load(report_dir, "failures", run_id)
+    coverage = {row["suite"]: row for row in load(report_dir, "coverage", run_id)}
+    if not examples and not failures:
+        return None
+    context = (examples or failures)[0]
+    by_suite: dict[str, list[dict]] = collections.defaultdict(list)
+    for row in examples:
+        by_suite[row["suite"]].append(row)
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>Harness run ", html.escape(run_id),
+           "</title><style>body{font-family:sans-serif;margin:24px;max-width:1200px}"
+           "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+           "th{background:#eee}td.l{text-align:left}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
+           ".fail{color:#c62828}.ok{color:#2e7d32}</style></head><body>",
+           f"<h1>SGLang harness run {html.escape(run_id)}</h1><p>SGLang {html.escape(str(context.get('sglang')))}"
+           f" ({html.escape(str(context.get('sglang_path')))}), torch {html.escape(str(context.get('torch')))}, "
+           f"device {html.escape(str(context.get('device')))}, profile {html.escape(str(context.get('profile')))}, "
+           f"seed {html.escape(str(context.get('seed')))}</p>",
+           f"<h2 class='{'fail' if failures else 'ok'}'>{len(failures)} failing test(s)</h2>",
+           "<table><tr><th>suite</th><th>examples</th>" + "".join(f"<th>{v}</th>" for v in VERDICTS)
+           + "<th>seconds</th><th>coverage of SGLang's targeted code</th></tr>"]
+    for suite, rows in sorted(by_suite.items()):
+        counts = collections.Counter(r.get("verdict") for r in rows)
+        cov = coverage.get(suite)
+        cov_text = (f"{cov['percent']:.1f}% ({cov['covered']}/{cov['statements']}): "
+                    + ", ".join(f"{f} {p:.0f}%" for f, p in cov["files"].items())) if cov else "not measured"
+        out.append(f"<tr><td class='l'>{html.escape(suite)}</td><td>{len(rows)}</td>"
+                   + "".join(f"<td>{counts[v]}</td>" for v in VERDICTS)
+                   + f"<td>{sum(r.get('seconds', 0) for r in rows):.1f}</td><td class='l'>{html.escape(cov_text)}</td></tr>")
+    out.append("</table>")
+    for suite, rows in sorted(by_suite.items()):
+        out.append(f"<h2>What {html.escape(suite)} explored</h2>{picture(suite, rows)}")
+    if failures:
+        out.append("<h2>Failures</h2>")
+    for row in failures:
+        out.append(f"<h3 class='fail'>{html.escape(row['test'])}</h3><p><b>[{html.escape(str(row.get('oracle')))}]</b> "
+                   f"{html.escape(str(row.get('diagnosis')))}</p><p>drawn:</p><pre>"
+                   f"{html.escape(json.dumps(row.get('drawn'), indent=1))}</pre><p>details:</p><pre>"
+                   f"{html.escape(json.dumps(row.get('details'), indent=1, default=str))}</pre><p>replay:</p>"
+                   f"<pre>{html.escape(row['replay'])}</pre>")
+    out.append("</body></html>")
+    path = Path(report_dir) / "report.html"
+    path.write_text("".join(out), encoding="utf-8")
+    return path
