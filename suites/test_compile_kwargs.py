@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import example as explicit, given
 
-from harness.errors import PathMissing
+from harness.errors import HarnessError, PathMissing
 from harness.models.small import ModuleSpec
 from harness.oracles import compile_contract
 from harness.oracles.compiles import PlatformError, check_compiles
@@ -26,6 +26,8 @@ def compile_path():
         return target.load()
     except PathMissing as missing:
         pytest.skip(str(missing))
+    except HarnessError as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 class CompileOutcomes(dict):

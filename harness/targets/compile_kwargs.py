@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from harness.errors import PathMissing
+from harness.errors import HarnessError, PathMissing
 from harness.oracles.hooks import HookRecorder
 from harness.personalities.ascend import ascend_standins
-from harness.versions import sglang_version
+from harness.versions import require_sglang, sglang_version
 
 MODULE = "sglang.multimodal_gen.runtime.utils.torch_compile"
 INTERFACE = "sglang.multimodal_gen.runtime.platforms.interface"
@@ -42,12 +43,16 @@ class CompileKwargsPath:
 def load() -> CompileKwargsPath:
     """Resolve the path in the installed SGLang, or raise PathMissing saying which part is absent."""
     version = sglang_version()
+    source = Path(require_sglang()) / (MODULE.removeprefix("sglang.").replace(".", "/") + ".py")
+    if not source.exists():  # by file: importing the parent packages would need the diffusion stack
+        raise PathMissing(f"SGLang {version} has no {MODULE}; build_torch_compile_kwargs arrived in 0.5.19 "
+                          f"(PR #36249): target 0.5.19 or later")
     try:
         module = importlib.import_module(MODULE)
         interface = importlib.import_module(INTERFACE)
-    except ImportError as error:
-        raise PathMissing(f"SGLang {version} has no {MODULE} ({error}); build_torch_compile_kwargs arrived in "
-                          f"0.5.19 (PR #36249): target 0.5.19 or later") from None
+    except ImportError as error:  # the path exists but the environment cannot import it: a setup error
+        raise HarnessError(f"SGLang {version}: {MODULE} exists but does not import ({error}); add the missing "
+                           f"package to this release's requirements file") from error
     build = getattr(module, "build_torch_compile_kwargs", None)
     if build is None:
         raise PathMissing(f"SGLang {version}: {MODULE} has no build_torch_compile_kwargs (added in 0.5.19)")
