@@ -36,6 +36,41 @@ def campaign(options, extra: list[str]) -> int:
     return code
 
 
+def source_root(path: str) -> Path:
+    """The folder holding the `sglang` package of a source checkout (PATH/python or PATH itself)."""
+    tree = Path(path).resolve()
+    for root in (tree / "python", tree):
+        if (root / "sglang" / "__init__.py").exists():
+            return root
+    from harness.errors import HarnessError
+
+    raise HarnessError(f"{path} is not an SGLang source tree: neither {tree / 'python' / 'sglang'} nor "
+                     f"{tree / 'sglang'} holds an __init__.py. Pass the root of a checkout of SGLang.")
+
+
+def gate(options, extra: list[str]) -> int:
+    """Pre-merge gate: the gate profile of every suite against a source tree, imported ahead of the installed
+    SGLang (its pure-Python changes need no install); JUnit XML for the CI system; non-zero on any failure."""
+    from harness.errors import HarnessError
+
+    try:
+        root = source_root(options.tree)
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    report_dir = Path(options.report_dir or f"reports/gate-{time.strftime('%Y%m%d-%H%M%S')}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    import subprocess
+
+    command = [sys.executable, "-m", "pytest", "suites", "--profile=gate", f"--device={options.device}",
+               f"--report-dir={report_dir}", f"--junitxml={report_dir / 'junit.xml'}", "-q", "-rfEs", *extra]
+    print(f"[harness] gate on {root / 'sglang'}: {' '.join(command[2:])}")
+    code = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+    print(f"[harness] gate {'passed' if code == 0 else 'FAILED'} for {options.tree}; JUnit XML: "
+          f"{REPO_ROOT / report_dir / 'junit.xml'}")
+    return code
+
+
 def selftest(options, extra: list[str]) -> int:
     return _pytest(["tests", "-q", "-rfEs"] + extra)
 
@@ -81,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--profile", default="gate", choices=("gate", "nightly", "repro"))
     run.add_argument("--report-dir", default=None, help="default reports/campaign-TIMESTAMP")
     run.set_defaults(handler=campaign)
+    pre_merge = commands.add_parser("gate", help="pre-merge gate: every suite's gate profile on an SGLang source tree")
+    pre_merge.add_argument("tree", help="an SGLang checkout (the folder holding python/sglang)")
+    pre_merge.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"))
+    pre_merge.add_argument("--report-dir", default=None, help="default reports/gate-TIMESTAMP")
+    pre_merge.set_defaults(handler=gate)
     commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)
     commands.add_parser("targets", help="which targeted SGLang paths the installed release has").set_defaults(
         handler=targets)
