@@ -33,8 +33,8 @@ def pytest_addoption(parser):
     group.addoption("--report-dir", default="reports/out",
                     help="where examples.jsonl, failures.jsonl, junit.xml and summary.md go (default reports/out)")
     group.addoption("--example-db", default=None,
-                    help="Hypothesis example database directory, shareable between CI workers "
-                         "(default REPORT_DIR/hypothesis-db)")
+                    help="Hypothesis example database: a directory shareable between CI workers, or "
+                         "redis://HOST:PORT/DB shared between machines (default REPORT_DIR/hypothesis-db)")
     group.addoption("--sglang-coverage", action="store_true",
                     help="measure which statements of SGLang's targeted code the run executed (not under xdist)")
     group.addoption("--replay-blob", default=None,
@@ -54,8 +54,7 @@ def _seed(config) -> int:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
+    from harness.database import open_database
     from harness.versions import versions
 
     try:
@@ -63,9 +62,12 @@ def pytest_configure(config):
     except HarnessError as error:
         raise pytest.UsageError(str(error)) from None
     report_dir = Path(config.getoption("--report-dir")).resolve()
-    database = Path(config.getoption("--example-db") or report_dir / "hypothesis-db")
+    try:
+        database = open_database(config.getoption("--example-db") or str(report_dir / "hypothesis-db"))
+    except HarnessError as error:
+        raise pytest.UsageError(str(error)) from None
     profile = config.getoption("--profile")
-    profiles.activate(profile, DirectoryBasedExampleDatabase(str(database)))
+    profiles.activate(profile, database)
     seed = _seed(config)
     run_id = os.environ.setdefault("HARNESS_RUN_ID", uuid.uuid4().hex[:12])
     from harness.repro import RECORD_FORMAT

@@ -66,3 +66,47 @@ def test_the_replay_command_of_a_failure_replays_it(tmp_path):
     again, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, replay_dir, extra=tuple(words[4:]))
     replayed = json.loads((replay_dir / "failures.jsonl").read_text().splitlines()[0])
     assert again == 1 and replayed["oracle"] == oracle and diagnosis in replayed["diagnosis"], output[-2000:]
+
+
+def test_a_redis_database_that_does_not_answer_is_a_usage_error(tmp_path):
+    code, output = run_pytest([SUITE, "--example-db", "redis://127.0.0.1:1/0", "--report-dir", str(tmp_path)])
+    assert code == 4 and "does not answer" in output and "redis://127.0.0.1:1/0" in output, output[-2000:]
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it from Debian's packages)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_a_failure_found_on_one_machine_replays_on_another_through_redis(redis_url, tmp_path):
+    """Two runs with separate report directories share only the Redis database: the second, in the repro
+    profile (stored failures only), fails the same way."""
+    edits, oracle, _ = MUTANTS["oot_hooks_ignored"]
+    found, _ = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "a",
+                                   extra=("--example-db", redis_url))
+    again, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "b",
+                                        extra=("--example-db", redis_url, "--profile", "repro"))
+    assert found == 1 and again == 1, output[-2000:]
+    replayed = json.loads((tmp_path / "b" / "failures.jsonl").read_text().splitlines()[0])
+    assert replayed["oracle"] == oracle and replayed["profile"] == "repro"
