@@ -54,9 +54,11 @@ def _seed(config) -> int:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    from harness.compat import prepare_torchvision
     from harness.database import open_database
     from harness.versions import versions
 
+    prepare_torchvision()  # before anything imports SGLang (transformers imports torchvision)
     try:
         found = versions()
     except HarnessError as error:

@@ -76,11 +76,13 @@ def selftest(options, extra: list[str]) -> int:
 
 
 def targets(options, extra: list[str]) -> int:
+    from harness.compat import prepare_torchvision
     from harness.errors import HarnessError, PathMissing
     from harness.versions import versions
 
     try:
         found = versions()
+        prepare_torchvision()
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

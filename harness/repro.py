@@ -181,6 +181,9 @@ Python: .venv/bin/python {name}. Exit 1 and the oracle's message when it reprodu
 import sys
 
 sys.path.insert(0, {root!r})
+from harness.compat import prepare_torchvision  # noqa: E402
+
+prepare_torchvision()
 from {module} import replay_case  # noqa: E402
 
 DRAWN = {drawn}
@@ -194,7 +197,7 @@ print("did not reproduce: every oracle passed")
 '''
 
 REGRESSION = '''"""Pinned by `python -m harness repro`: [{oracle}] {diagnosis}"""
-from {module} import replay_case
+from {module} import replay_case  # the plugin has prepared the environment before collection
 
 DRAWN = {drawn}
 

@@ -69,10 +69,11 @@ _PLATFORM_WEIGHTS = ("oot", "oot", "oot", "cpu", "cuda", "npu")
 
 
 @st.composite
-def compile_cases(draw, platforms=PLATFORM_KINDS) -> CompileCase:
+def compile_cases(draw, platforms=PLATFORM_KINDS, entries=("build", "resolve"), comm_overlap=True) -> CompileCase:
+    """`entries` and `comm_overlap`: what the installed release has (see targets.compile_kwargs.capabilities)."""
     platform = draw(narrow("platform", st.sampled_from([p for p in _PLATFORM_WEIGHTS if p in platforms]),
                            platforms))
-    entry = draw(st.sampled_from(("build", "resolve")))
+    entry = draw(st.sampled_from(entries))
     out_of_tree = platform == "oot"  # only an out-of-tree platform's hooks are asked
     return CompileCase(
         platform=platform,
@@ -82,5 +83,5 @@ def compile_cases(draw, platforms=PLATFORM_KINDS) -> CompileCase:
         entry=entry,
         pass_module=True if entry == "resolve" else draw(st.booleans()),
         module=draw(modules),
-        comm_overlap=draw(st.booleans()),
+        comm_overlap=draw(st.booleans()) if comm_overlap else False,
     )

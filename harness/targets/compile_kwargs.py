@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
+import inspect
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -35,6 +37,11 @@ class CompileKwargsPath:
     resolve: Callable[..., tuple] | None
     platform_base: type
     oot_enum: Any
+    comm_overlap: bool  # build_torch_compile_kwargs takes enable_inductor_compute_comm_overlap (after 0.5.19)
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        return ("build", "resolve") if self.resolve is not None else ("build",)
 
     def __repr__(self) -> str:
         return f"<build_torch_compile_kwargs of SGLang {sglang_version()}>"
@@ -60,8 +67,16 @@ def load() -> CompileKwargsPath:
     if not (hasattr(base, "get_compile_backend") and hasattr(base, "get_compile_options")):
         raise PathMissing(f"SGLang {version}: Platform has no get_compile_backend/get_compile_options hooks, "
                           f"so build_torch_compile_kwargs has no out-of-tree branch to test")
+    comm_overlap = "enable_inductor_compute_comm_overlap" in inspect.signature(build).parameters
     return CompileKwargsPath(module, build, getattr(module, "resolve_torch_compile_kwargs", None), base,
-                             interface.PlatformEnum.OOT)
+                             interface.PlatformEnum.OOT, comm_overlap)
+
+
+@functools.lru_cache(maxsize=1)
+def capabilities() -> dict:
+    """What the installed release's path accepts, for the strategies: its entry points, the comm-overlap flag."""
+    path = load()
+    return {"entries": path.entries, "comm_overlap": path.comm_overlap}
 
 
 def _platform(path: CompileKwargsPath, kind: str, backend: Any, options: Any, hooks: HookRecorder):
@@ -109,7 +124,7 @@ def call(path: CompileKwargsPath, entry: str, *, mode: str | None, module: Any, 
     """
     import torch._inductor.config as inductor_config
 
-    overlap = {"enable_inductor_compute_comm_overlap": comm_overlap}
+    overlap = {"enable_inductor_compute_comm_overlap": comm_overlap} if path.comm_overlap else {}
     with inductor_config.patch(reorder_for_compute_comm_overlap=inductor_config.reorder_for_compute_comm_overlap):
         if entry == "build":
             return path.build(mode=mode, module=module, **overlap)
