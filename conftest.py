@@ -52,12 +52,36 @@ def _seed(config) -> int:
     return int(seed)
 
 
+_VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+def _pin_worker_to_its_device(device: str) -> None:
+    """Under xdist on hardware, worker gwN uses accelerator N (modulo those visible), so one worker per GPU or
+    NPU never shares one: by narrowing the visible list when one is set (before the runtime initialises),
+    else by selecting the current device."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    variable = _VISIBLE.get(device)
+    if not worker.startswith("gw") or variable is None:
+        return
+    index = int(worker[2:])
+    if os.environ.get(variable):
+        choices = os.environ[variable].split(",")
+        os.environ[variable] = choices[index % len(choices)]
+        return
+    import torch
+
+    module = getattr(torch, device, None)
+    if module is not None and module.is_available() and module.device_count():
+        module.set_device(index % module.device_count())
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     from harness.compat import prepare_torchvision
     from harness.database import open_database
     from harness.versions import versions
 
+    _pin_worker_to_its_device(config.getoption("--device"))
     prepare_torchvision()  # before anything imports SGLang (transformers imports torchvision)
     try:
         found = versions()
