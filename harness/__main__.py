@@ -12,8 +12,23 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ADAPTERS = {"compile_kwargs": "harness.targets.compile_kwargs", "decode_capture": "harness.targets.decode_runner",
-            "prefill_pcg": "harness.targets.prefill_runner"}
+ADAPTERS = ("compile_kwargs", "decode_capture", "prefill_pcg")
+
+
+def _missing_reason(name: str) -> str | None:
+    """Why the installed SGLang lacks the path of suite `name` (None: the adapter drives it)."""
+    from harness.errors import PathMissing
+
+    if name == "compile_kwargs":
+        from harness.targets import compile_kwargs
+        try:
+            compile_kwargs.load()
+        except PathMissing as missing:
+            return str(missing)
+        return None
+    module = importlib.import_module("harness.targets." + {"decode_capture": "decode_runner",
+                                                           "prefill_pcg": "prefill_runner"}[name])
+    return module.resolve_layout().skip_reason
 
 
 def _pytest(args: list[str]) -> int:
@@ -77,7 +92,7 @@ def selftest(options, extra: list[str]) -> int:
 
 def targets(options, extra: list[str]) -> int:
     from harness.compat import prepare_torchvision
-    from harness.errors import HarnessError, PathMissing
+    from harness.errors import HarnessError
     from harness.versions import versions
 
     try:
@@ -87,13 +102,10 @@ def targets(options, extra: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"SGLang {found['sglang']} at {found['sglang_path']}; torch {found['torch']}")
-    for name, module in ADAPTERS.items():
+    for name in ADAPTERS:
         try:
-            adapter = importlib.import_module(module)
-            adapter.load()
-            print(f"  {name:<16} available")
-        except PathMissing as missing:
-            print(f"  {name:<16} missing: {missing}")
+            reason = _missing_reason(name)
+            print(f"  {name:<16} {'missing: ' + reason if reason else 'available'}")
         except Exception as error:  # an adapter that cannot even load is worth a line, not a traceback
             print(f"  {name:<16} broken: {type(error).__name__}: {error}")
     return 0

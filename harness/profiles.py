@@ -9,6 +9,8 @@ No deadlines anywhere: a torch.compile costs seconds, and a slow example is not 
 """
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = ("gate", "nightly", "repro")
@@ -37,7 +39,15 @@ def active() -> str:
     return _active
 
 
-def suite_settings(gate_examples: int, **overrides) -> settings:
-    """Settings for one test: `gate_examples` in gate and repro, ten times that in nightly."""
+def suite_settings(gate_examples: int, *, shrink_in_gate: bool = True, **overrides) -> settings:
+    """Settings for one test: `gate_examples` in gate and repro, ten times that in nightly.
+
+    `shrink_in_gate=False` for tests whose every shrink step captures graphs again (minutes on a CPU): the gate
+    then reports the first failing example as found; nightly and repro searches still shrink. A mutant
+    self-test run (HARNESS_MUTANT set) needs only the verdict and never shrinks.
+    """
     factor = NIGHTLY_FACTOR if _active == "nightly" else 1
+    no_shrink = os.environ.get("HARNESS_MUTANT") or (_active == "gate" and not shrink_in_gate)
+    if no_shrink and _active != "repro" and "phases" not in overrides:
+        overrides["phases"] = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
     return settings(max_examples=gate_examples * factor, **overrides)

@@ -20,6 +20,11 @@ TARGETS: dict[str, list[str]] = {
         "srt/model_executor/runner_backend/full_cuda_graph_backend.py",
         "srt/compilation/torch_compile_decoration.py",
     ],
+    # Reached only with --personality npu: SGLang's own NPU runner and backend on the virtual device.
+    "decode_capture_npu": [
+        "srt/hardware_backend/npu/graph_runner/npu_graph_runner.py",
+        "srt/hardware_backend/npu/graph_runner/npu_cudagraph_backend.py",
+    ],
     "prefill_pcg": [
         "srt/model_executor/runner/prefill_cuda_graph_runner.py",
         "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py",

@@ -14,9 +14,17 @@ from reports.summary import VERDICTS, load
 # The two drawn values each suite's picture is drawn over (x, y); other suites use their first two scalars.
 AXES = {
     "compile_kwargs": ("platform", "backend"),
-    "decode_capture": ("replay_bs", "forward_mode"),
+    "decode_capture": ("batch size", "forward mode"),
     "prefill_pcg": ("num_tokens", "forward_mode"),
+    "prefill_pcg_stateful": ("num_tokens", "forward_mode"),
 }
+
+
+def _points(suite: str, row: dict, x_key: str, y_key: str) -> list[tuple[str, str]]:
+    """The cells one example lands in: its drawn (x, y), or for the decode suite each batch it replayed."""
+    if suite == "decode_capture":
+        return [(str(bs), str(mode)) for mode, bs in row.get("notes", {}).get("replayed", [])]
+    return [(_value(row["drawn"], x_key), _value(row["drawn"], y_key))]
 COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#6a1b9a", "expected-error": "#ef6c00", "skip": "#757575"}
 
 
@@ -45,13 +53,16 @@ def picture(suite: str, rows: list[dict]) -> str:
         return ""
     x_key, y_key = AXES.get(suite, (None, None))
     keys = _scalar_keys(drawn_rows[0]["drawn"])
-    if x_key not in drawn_rows[0]["drawn"] or y_key not in drawn_rows[0]["drawn"]:
+    if suite != "decode_capture" and (x_key not in drawn_rows[0]["drawn"] or y_key not in drawn_rows[0]["drawn"]):
         if len(keys) < 2:
             return ""
         x_key, y_key = keys[0], keys[1]
     cells: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)
     for row in drawn_rows:
-        cells[(_value(row["drawn"], x_key), _value(row["drawn"], y_key))][row.get("verdict", "error")] += 1
+        for point in _points(suite, row, x_key, y_key):
+            cells[point][row.get("verdict", "error")] += 1
+    if not cells:
+        return ""
     xs, ys = _order({x for x, _ in cells}), _order({y for _, y in cells})
     size, left, top = 40, 170, 8
     most = max(sum(c.values()) for c in cells.values())

@@ -37,6 +37,12 @@ class HookRecorder:
 
         return recorded
 
+    def record(self, name: str, args: tuple, kwargs: dict, result: Any = None) -> HookCall:
+        """Record a call observed some other way (e.g. a context manager whose body the recorder cannot wrap)."""
+        call = HookCall(args, kwargs, result)
+        self.calls.setdefault(name, []).append(call)
+        return call
+
     def count(self, name: str) -> int:
         return len(self.calls.get(name, []))
 

@@ -1,0 +1,109 @@
+"""Devices: where graph capture runs. One interface, `get_device(name)`:
+
+- `cpu`  -- the virtual device (`harness.devices.cpu`): CUDA-graph semantics on the CPU, two capture modes
+            ("record", "rerun"), personalities "cuda" and "npu". Always available.
+- `cuda` -- a real GPU with real CUDA graphs; skipped with a reason when `torch.cuda.is_available()` is False.
+- `npu`  -- a real Ascend NPU through torch_npu; skipped with a reason when torch_npu does not import or sees no NPU.
+
+A `Device` gives: `name`, `torch_device` (the string SGLang's model runner holds as `device`), `skip_reason`
+(None when usable), `install(personality)` (a context manager plugging the device in where SGLang looks, restored
+on exit; a no-op for real hardware), `capture_mode(mode)` (a context manager choosing the virtual device's capture
+mode; a no-op on real hardware), and `capture_modes_used()` (the mode of each capture since `reset()`:
+"record"/"rerun" on the virtual device, "cuda-graph"/"npu-graph" on hardware, where it is not observed per capture).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+from typing import Callable, Iterator, Optional
+
+DEVICES = ("cpu", "cuda", "npu")
+
+
+@dataclasses.dataclass
+class Device:
+    name: str
+    torch_device: str
+    skip_reason: Optional[str]
+    _install: Callable[[str], contextlib.AbstractContextManager]
+    _capture_mode: Callable[[str], contextlib.AbstractContextManager]
+    _modes_used: Callable[[], list]
+    _reset: Callable[[], None]
+
+    @property
+    def available(self) -> bool:
+        return self.skip_reason is None
+
+    def install(self, personality: str = "cuda") -> contextlib.AbstractContextManager:
+        if self.skip_reason:
+            raise RuntimeError(self.skip_reason)
+        return self._install(personality)
+
+    def capture_mode(self, mode: str) -> contextlib.AbstractContextManager:
+        return self._capture_mode(mode)
+
+    def capture_modes_used(self) -> list:
+        return self._modes_used()
+
+    def reset(self) -> None:
+        self._reset()
+
+
+def _cpu() -> Device:
+    from harness.devices import cpu
+
+    return Device("cpu", "cpu", None, lambda personality: cpu.install(personality=personality), cpu.capture_mode,
+                  lambda: [c.mode for c in cpu.CAPTURES], cpu.reset_log)
+
+
+@contextlib.contextmanager
+def _nothing(*args) -> Iterator[None]:
+    yield
+
+
+def _cuda() -> Device:
+    import torch
+
+    reason = None if torch.cuda.is_available() else "no CUDA GPU visible (torch.cuda.is_available() is False)"
+
+    @contextlib.contextmanager
+    def install(personality: str) -> Iterator[None]:
+        if personality != "cuda":
+            raise RuntimeError(f"personality {personality!r} needs the cpu virtual device; real CUDA runs as cuda")
+        yield
+
+    return Device("cuda", "cuda", reason, install, _nothing, lambda: ["cuda-graph"], lambda: None)
+
+
+def _npu() -> Device:
+    reason = None
+    try:
+        os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+        torch_npu = importlib.import_module("torch_npu")  # noqa: F841 - registers torch.npu
+        import torch
+
+        if not torch.npu.is_available():
+            reason = "torch_npu imported but sees no Ascend NPU (torch.npu.is_available() is False)"
+    except Exception as error:  # noqa: BLE001 - any import failure is a reason to skip, stated
+        reason = f"torch_npu is not importable ({type(error).__name__}: {error}); real NPU runs need Ascend CANN"
+
+    @contextlib.contextmanager
+    def install(personality: str) -> Iterator[None]:
+        if personality != "npu":
+            raise RuntimeError(f"personality {personality!r} on a real NPU: use --personality npu")
+        yield
+
+    return Device("npu", "npu", reason, install, _nothing, lambda: ["npu-graph"], lambda: None)
+
+
+_FACTORIES = {"cpu": _cpu, "cuda": _cuda, "npu": _npu}
+
+
+def get_device(name: str) -> Device:
+    """The device called `name`; an unknown name raises ValueError listing the choices."""
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown device {name!r}: choose one of {', '.join(DEVICES)} "
+                         "(cpu = virtual device on the CPU, cuda = real GPU, npu = real Ascend via torch_npu)")
+    return _FACTORIES[name]()

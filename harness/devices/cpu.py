@@ -1,0 +1,467 @@
+"""The `cpu` virtual device: CUDA-graph semantics on the CPU, so graph bugs show up without a GPU.
+
+Graph primitives (the public API; other suites may import these, nothing else here is public):
+
+- `VirtualGraph()` -- stands in for `torch.cuda.CUDAGraph` / `torch.npu.NPUGraph`.
+  `capture_begin(pool=None, ...)`, `capture_end()`, `replay()`, `reset()`, `pool()`, `update(cpu_update_input=...)`
+  (the NPUGraph call; recorded in `graph.updates`). After capture: `graph.mode` ("record" or "rerun"),
+  `graph.num_ops` (recorded aten ops, record mode), `graph.replays` (count), `graph.capture_site` ("file:line").
+- `graph(cuda_graph, pool=None, stream=None, capture_error_mode=None, **ignored)` -- the `torch.cuda.graph` context
+  manager: the block inside is captured into `cuda_graph`.
+- `graph_pool_handle()` -> a `VirtualPoolHandle` (opaque, unique per call), `is_current_stream_capturing()` -> bool.
+- `weak_ref_tensor(t)` / `weak_ref_tensors(x)` -- SGLang's weak references: a tensor aliasing the same storage.
+- `capture_mode(mode)` -- context manager choosing how captures made inside it work: "record" or "rerun".
+- `CAPTURES` -- a list of `CaptureRecord(graph_id, mode, num_ops, site)`, one per capture, in order; `reset_log()`.
+- `install(personality="cuda")` -- context manager that plugs all of the above in where SGLang looks (below) and
+  restores everything on exit; `installed()` says whether it is active.
+
+What a capture means, in the two modes:
+- "record": a `TorchDispatchMode` is active while the captured block runs; every aten op, its arguments and its
+  outputs are kept. `replay()` runs the recorded ops again on the *same tensor objects*: functional ops recompute and
+  copy into the tensors produced at capture, in-place / out= ops mutate their (static) arguments again, views are not
+  re-run (they still alias the same storage), host reads (`.item()`, `.tolist()`) are not re-run: the Python values
+  they produced are baked into later ops, as a CUDA graph bakes its kernel arguments. Python branches, side effects
+  and prints inside the block happen at capture only. Caveat (checked on torch 2.14): Dynamo does not run compiled
+  frames while a dispatch mode is active, so a compiled function captured in record mode records its eager ops;
+  inductor kernels bypass the dispatcher and could not be recorded anyway.
+- "rerun": replay executes the captured `with` block's statements again (read from the source of the frame that
+  entered the capture) in a snapshot of that frame's variables taken when the block ended, then copies every tensor
+  the block assigned into the tensors it assigned at capture, so outputs still land in the same tensors. Right for
+  compiled code (Dynamo guards are evaluated and inductor kernels run at each replay); Python in the block does run
+  again, so frozen-branch bugs are not visible in this mode.
+
+Where it plugs in (`install`): `torch.cpu` gains `graph`, `CUDAGraph`, `graph_pool_handle`,
+`is_current_stream_capturing` (the runners take `torch.get_device_module(model_runner.device)`; streams, events and
+`synchronize` are torch.cpu's own); `torch.cuda.CUDAGraph`, `torch.cuda.graph`, `torch.cuda.graph_pool_handle` and
+`torch.cuda.is_current_stream_capturing` are swapped while no real GPU is present (SGLang's full-graph and piecewise
+backends name them directly); `torch.get_device_module` is wrapped (`functools.wraps`, so `__wrapped__` exists) to
+map a call without a device to `torch.cpu`, as `GroupCoordinator.graph_capture` makes; SGLang's `weak_ref_tensor`
+module (which raises at import on a CPU) is provided under both of its names; with `personality="npu"` the
+`harness.devices.npu_standin` stand-ins for `torch.npu` and `torch_npu` are installed as well.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import functools
+import itertools
+import linecache
+import sys
+import threading
+import types
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "VirtualGraph", "VirtualPoolHandle", "graph", "graph_pool_handle", "is_current_stream_capturing",
+    "weak_ref_tensor", "weak_ref_tensors", "capture_mode", "CAPTURES", "CaptureRecord", "reset_log", "install",
+    "installed", "GraphCaptureError",
+]
+
+MODES = ("record", "rerun")
+
+
+class GraphCaptureError(RuntimeError):
+    """A capture or replay the virtual device cannot honour (as a real CUDA graph could not)."""
+
+
+@dataclasses.dataclass
+class CaptureRecord:
+    graph_id: int
+    mode: str
+    num_ops: int
+    site: str
+
+
+CAPTURES: list[CaptureRecord] = []
+_state = threading.local()
+_default_mode = ["record"]
+_graph_ids = itertools.count(1)
+_pool_ids = itertools.count(1)
+
+
+def reset_log() -> None:
+    CAPTURES.clear()
+
+
+@contextlib.contextmanager
+def capture_mode(mode: str) -> Iterator[None]:
+    """Captures started inside this block use `mode` ("record" or "rerun")."""
+    if mode not in MODES:
+        raise ValueError(f"capture mode {mode!r} is not one of {MODES}")
+    previous = _default_mode[0]
+    _default_mode[0] = mode
+    try:
+        yield
+    finally:
+        _default_mode[0] = previous
+
+
+def current_capture_mode() -> str:
+    return _default_mode[0]
+
+
+def is_current_stream_capturing() -> bool:
+    return getattr(_state, "capturing", None) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class VirtualPoolHandle:
+    """Opaque memory-pool handle, as `graph_pool_handle()` returns on CUDA."""
+    pool_id: int
+
+
+def graph_pool_handle() -> VirtualPoolHandle:
+    return VirtualPoolHandle(next(_pool_ids))
+
+
+def weak_ref_tensor(tensor: Any) -> Any:
+    """A tensor sharing `tensor`'s storage (what SGLang's kernel returns), non-tensors unchanged."""
+    if isinstance(tensor, torch.Tensor):
+        return tensor.detach()
+    return tensor
+
+
+def weak_ref_tensors(tensors: Any) -> Any:
+    if isinstance(tensors, torch.Tensor):
+        return weak_ref_tensor(tensors)
+    if isinstance(tensors, list):
+        return [weak_ref_tensor(t) for t in tensors]
+    if isinstance(tensors, tuple):
+        return tuple(weak_ref_tensor(t) for t in tensors)
+    raise ValueError("Invalid type for tensors")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tensor leaves of outputs (tensors inside tuples, lists, dicts, dataclasses such as LogitsProcessorOutput)
+# --------------------------------------------------------------------------------------------------------------
+def _tensor_leaves(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    if depth > 6:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensor_leaves(v, depth + 1)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensor_leaves(v, depth + 1)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [t for f in dataclasses.fields(value) for t in _tensor_leaves(getattr(value, f.name), depth + 1)]
+    tensors = getattr(value, "tensors", None)  # PPProxyTensors
+    if isinstance(tensors, dict):
+        return _tensor_leaves(tensors, depth + 1)
+    return []
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Record mode
+# --------------------------------------------------------------------------------------------------------------
+_SKIP_AT_REPLAY = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"}
+
+
+@dataclasses.dataclass
+class _Step:
+    func: Any
+    args: tuple
+    kwargs: dict
+    outputs: list  # captured output tensors (functional ops)
+    kind: str  # "compute" | "mutate"
+
+
+def _storage_key(t: torch.Tensor):
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - tensors without storage
+        return None
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[_Step] = []
+        self.host_reads = 0
+        self.views = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        schema = func._schema
+        mutates = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        if mutates:
+            self.steps.append(_Step(func, args, kwargs, [], "mutate"))
+            return out
+        outs = _tensor_leaves(out)
+        if not outs:
+            self.host_reads += 1  # .item(), .tolist(), sizes: the value is baked into what follows
+            return out
+        inputs = {_storage_key(t) for t in _tensor_leaves((args, kwargs))}
+        if any(r.alias_info is not None for r in schema.returns) or any(
+                _storage_key(t) in inputs for t in outs):
+            self.views += 1  # a view keeps aliasing the same storage: nothing to redo
+            return out
+        if func.overloadpacket.__name__ in _SKIP_AT_REPLAY:
+            return out
+        self.steps.append(_Step(func, args, kwargs, outs, "compute"))
+        return out
+
+
+def _replay_steps(steps: list[_Step]) -> None:
+    for step in steps:
+        result = step.func(*step.args, **step.kwargs)
+        if step.kind == "mutate":
+            continue
+        fresh = _tensor_leaves(result)
+        if len(fresh) != len(step.outputs):
+            raise GraphCaptureError(
+                f"replay of {step.func} produced {len(fresh)} outputs, captured {len(step.outputs)}")
+        for captured, new in zip(step.outputs, fresh):
+            if captured.shape != new.shape:
+                raise GraphCaptureError(
+                    f"replay of {step.func} produced shape {tuple(new.shape)}, captured {tuple(captured.shape)}: "
+                    "a data-dependent shape cannot be captured in a graph")
+            captured.copy_(new)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Rerun mode: the `with` block that entered the capture, read from source
+# --------------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _module_tree(filename: str) -> Optional[ast.Module]:
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    return ast.parse(source, filename)
+
+
+def _with_block(frame: types.FrameType) -> tuple[Any, list[str]]:
+    """The compiled body of the innermost `with` statement whose item is being entered at `frame.f_lineno`."""
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    tree = _module_tree(filename)
+    if tree is None:
+        raise GraphCaptureError(f"rerun capture needs the source of {filename}")
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With) and node.lineno <= line <= max(
+                item.context_expr.end_lineno for item in node.items):
+            if best is None or node.lineno >= best.lineno:
+                best = node
+    if best is None:
+        raise GraphCaptureError(f"rerun capture: no `with` statement at {filename}:{line}")
+    body = ast.Module(body=best.body, type_ignores=[])
+    assigned = sorted({n.id for n in ast.walk(body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)})
+    code = compile(body, f"<rerun of {filename}:{best.lineno}>", "exec")
+    return code, assigned
+
+
+class VirtualGraph:
+    """A CUDA-graph stand-in; see the module docstring."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.graph_id = next(_graph_ids)
+        self.mode: Optional[str] = None
+        self.num_ops = 0
+        self.replays = 0
+        self.capture_site = ""
+        self.updates: list = []
+        self._pool = None
+        self._steps: list[_Step] = []
+        self._recorder: Optional[_Recorder] = None
+        self._rerun: Optional[tuple] = None
+        self._frame: Optional[types.FrameType] = None
+        self._captured = False
+
+    # -- capture ------------------------------------------------------------------------------------------------
+    def capture_begin(self, pool=None, capture_error_mode=None, *, _frame=None) -> None:
+        if is_current_stream_capturing():
+            raise GraphCaptureError("a graph capture is already in progress on this thread")
+        self._pool = pool if pool is not None else graph_pool_handle()
+        self.mode = current_capture_mode()
+        self._frame = _frame if _frame is not None else sys._getframe(1)
+        self.capture_site = f"{self._frame.f_code.co_filename}:{self._frame.f_lineno}"
+        _state.capturing = self
+        if self.mode == "record":
+            self._recorder = _Recorder()
+            self._recorder.__enter__()
+
+    def capture_end(self) -> None:
+        try:
+            if self.mode == "record" and self._recorder is not None:
+                self._recorder.__exit__(None, None, None)
+                self._steps = self._recorder.steps
+                self.num_ops = len(self._steps)
+                self._recorder = None
+            elif self.mode == "rerun":
+                code, assigned = _with_block(self._frame)
+                snapshot = dict(self._frame.f_locals)
+                self._rerun = (code, self._frame.f_globals, snapshot, assigned)
+        finally:
+            _state.capturing = None
+            self._frame = None
+        self._captured = True
+        CAPTURES.append(CaptureRecord(self.graph_id, self.mode, self.num_ops, self.capture_site))
+
+    def _abort(self) -> None:
+        if self._recorder is not None:
+            self._recorder.__exit__(None, None, None)
+            self._recorder = None
+        _state.capturing = None
+        self._frame = None
+
+    # -- replay -------------------------------------------------------------------------------------------------
+    def replay(self) -> None:
+        if not self._captured:
+            raise GraphCaptureError("replay() of a graph that was never captured")
+        if self.mode == "record":
+            with torch.no_grad():
+                _replay_steps(self._steps)
+        else:
+            code, globals_, snapshot, assigned = self._rerun
+            namespace = dict(snapshot)
+            exec(code, globals_, namespace)  # noqa: S102 - re-running captured source is the point of this mode
+            for name in assigned:
+                old, new = _tensor_leaves(snapshot.get(name)), _tensor_leaves(namespace.get(name))
+                if len(old) != len(new):
+                    raise GraphCaptureError(f"rerun of {self.capture_site}: `{name}` changed structure")
+                with torch.no_grad():
+                    for captured, fresh in zip(old, new):
+                        if captured is not fresh:
+                            captured.copy_(fresh)
+        self.replays += 1
+
+    def update(self, cpu_update_input=None, **kwargs) -> None:
+        """NPUGraph.update: rebinds host-side kernel arguments. Recorded; the static buffers already carry them."""
+        self.updates.append(cpu_update_input if cpu_update_input is not None else kwargs)
+
+    def reset(self) -> None:
+        self._steps, self._rerun, self._captured = [], None, False
+
+    def pool(self):
+        return self._pool
+
+    def enable_debug_mode(self) -> None:  # torch.cuda.CUDAGraph API
+        pass
+
+    def debug_dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            f.write("\n".join(str(s.func) for s in self._steps))
+
+    def __repr__(self) -> str:
+        return f"VirtualGraph(id={self.graph_id}, mode={self.mode}, ops={self.num_ops}, replays={self.replays})"
+
+
+class graph:  # noqa: N801 - mirrors torch.cuda.graph
+    """`with graph(g, pool=..., stream=...):` captures the block into `g` (a `VirtualGraph`)."""
+
+    def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode=None, **ignored) -> None:
+        if not isinstance(cuda_graph, VirtualGraph):
+            raise GraphCaptureError(f"the virtual device cannot capture into a {type(cuda_graph).__name__}")
+        self.cuda_graph = cuda_graph
+        self.pool = pool
+        self.stream = stream
+        self._stream_ctx = None
+
+    def __enter__(self):
+        if self.stream is not None:
+            self._stream_ctx = torch.cpu.stream(self.stream)
+            self._stream_ctx.__enter__()
+        self.cuda_graph.capture_begin(self.pool, _frame=sys._getframe(1))
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.cuda_graph.capture_end()
+            else:
+                self.cuda_graph._abort()
+        finally:
+            if self._stream_ctx is not None:
+                self._stream_ctx.__exit__(exc_type, exc, tb)
+        return False
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Installation
+# --------------------------------------------------------------------------------------------------------------
+WEAK_REF_MODULES = (
+    "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor",  # 0.5.14 and later
+    "sglang.srt.compilation.weak_ref_tensor",  # older releases
+)
+
+_installed = [0]
+
+
+def installed() -> bool:
+    return _installed[0] > 0
+
+
+def _weak_ref_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name, "harness.devices.cpu: SGLang's weak_ref_tensor on the virtual device")
+    module.weak_ref_tensor = weak_ref_tensor
+    module.weak_ref_tensors = weak_ref_tensors
+    module.__file__ = __file__
+    return module
+
+
+class _Patches:
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def setattr(self, obj, name, value) -> None:
+        missing = object()
+        own = getattr(obj, "__dict__", {})
+        old = own.get(name, missing)  # only the object's own attribute: a class attribute is restored by deleting
+        setattr(obj, name, value)
+        self._undo.append(lambda: delattr(obj, name) if old is missing else setattr(obj, name, old))
+
+    def setmodule(self, name, module) -> None:
+        old = sys.modules.get(name)
+        sys.modules[name] = module
+        self._undo.append(lambda: sys.modules.pop(name, None) if old is None else sys.modules.__setitem__(name, old))
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+def _wrap_get_device_module(original):
+    @functools.wraps(original)
+    def get_device_module(device=None):
+        if device is None:
+            return torch.cpu
+        return original(device)
+
+    return get_device_module
+
+
+@contextlib.contextmanager
+def install(personality: str = "cuda") -> Iterator[None]:
+    """Plug the virtual device into torch and SGLang for the duration of the block; nests; restores on exit."""
+    if personality not in ("cuda", "npu"):
+        raise ValueError(f"personality {personality!r} is not one of ('cuda', 'npu')")
+    if torch.cuda.is_available():
+        raise GraphCaptureError("the cpu virtual device would shadow a real GPU; use --device cuda")
+    patches = _Patches()
+    counted = False
+    try:
+        for name, value in (("graph", graph), ("CUDAGraph", VirtualGraph), ("graph_pool_handle", graph_pool_handle),
+                            ("is_current_stream_capturing", is_current_stream_capturing)):
+            patches.setattr(torch.cpu, name, value)
+            patches.setattr(torch.cuda, name, value)
+        patches.setattr(torch, "get_device_module", _wrap_get_device_module(torch.get_device_module))
+        for name in WEAK_REF_MODULES:
+            patches.setmodule(name, _weak_ref_module(name))
+            parent, _, leaf = name.rpartition(".")
+            if parent in sys.modules:
+                patches.setattr(sys.modules[parent], leaf, sys.modules[name])
+        if personality == "npu":
+            from harness.devices import npu_standin
+            npu_standin.install_into(patches)
+        _installed[0] += 1
+        counted = True
+        yield
+    finally:
+        if counted:
+            _installed[0] -= 1
+        patches.undo()

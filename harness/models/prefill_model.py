@@ -1,0 +1,201 @@
+"""A tiny causal LM for SGLang's prefill graph runner, with outputs you can compute by hand.
+
+Shapes: hidden size 2, vocabulary 4, `NUM_LAYERS` = 2 layers. For a token at flat row t:
+
+    h0[t]      = (input_ids[t], positions[t])                       # column 0: token id, column 1: position
+    per layer l:
+      x[t]     = h[t] + 1                                            # the "pre-attention" step (compiled piece)
+      a[t]     = sum of x over the request's tokens up to and including t, the cached prefix included
+                                                                     # the attention split op (eager)
+      h[t]     = h[t] + a[t]
+    logits[r, v] = (v + 1) * (h[last token of request r, 0] + h[last, 1])   # the eager LM-head tail
+
+So a single request of ids (3, 5) at positions (0, 1) gives, layer 1: x = (4, 1), (6, 2); a = (4, 1),
+(10, 3); h = (7, 1), (15, 4); layer 2: x = (8, 2), (16, 5); a = (8, 2), (24, 7); h = (15, 3), (39, 11);
+logits = (v + 1) * 50.  `reference_logits` computes exactly this in plain Python.
+
+What it exercises, the way SGLang's own layers do:
+- The attention is a split op registered with SGLang's `register_custom_op` + `register_split_op` (as
+  `nemotron_mamba2_with_output` is), so SGLang's piecewise backend splits the compiled graph there and the
+  op runs eagerly between captured pieces; it reads per-batch metadata that the attention backend double
+  (`harness.targets.prefill_runner.HarnessAttnBackend`) prepared out of graph, and the KV cache (written at
+  `out_cache_loc`, read through `req_to_token`), so stale metadata or stale static buffers change numbers.
+  Under the breakable backend it is an eager break (`eager_on_graph`), as SGLang's models mark theirs.
+- The compiled body reads `forward_batch.forward_mode` (prefill or decode code path, as attention layers
+  dispatch) and `forward_batch.global_forward_mode` (the batch-wide mode, as DeepSeek-V4's two-batch-overlap
+  check reads it). Both code paths compute the same numbers, so a batch replayed under the wrong mode is
+  numerically silent, exactly like known bug 2: Dynamo's guards on these two fields are what catch it.
+- No LoRA adapters: the model has no LoRA layers (`supports_lora = False`).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+HIDDEN = 2
+VOCAB = 4
+NUM_LAYERS = 2
+ATTENTION_OP = "harness_prefill_attention"
+
+_registered: dict = {}
+
+
+def _default_attn_backend():
+    from sglang.srt.model_executor.forward_context import get_attn_backend  # 0.5.14+
+
+    return get_attn_backend()
+
+
+def _default_in_breakable() -> bool:
+    from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context import (
+        is_in_breakable_cuda_graph,
+    )
+
+    return is_in_breakable_cuda_graph()
+
+
+def _default_eager_on_graph():
+    from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph import (
+        eager_on_graph,
+    )
+
+    return eager_on_graph
+
+
+# Where the model meets SGLang's per-release plumbing. The target adapter of the installed release binds these
+# (`bind_sglang_hooks`); the defaults are the 0.5.14+ ones.
+#   attn_backend()     -> the attention backend of the running forward (SGLang's forward context)
+#   in_breakable()     -> whether a breakable-graph capture/replay is running
+#   eager_on_graph()   -> SGLang's eager-break decorator factory, or None where the release has none
+_hooks: dict = {"attn_backend": _default_attn_backend, "in_breakable": _default_in_breakable,
+                "eager_on_graph": _default_eager_on_graph}
+
+
+def bind_sglang_hooks(*, attn_backend=None, in_breakable=None, eager_on_graph=None) -> None:
+    """Bind the model to one release's plumbing (see `_hooks`); None keeps the current binding."""
+    for name, value in (("attn_backend", attn_backend), ("in_breakable", in_breakable),
+                        ("eager_on_graph", eager_on_graph)):
+        if value is not None:
+            _hooks[name] = value
+
+
+def _attention_kernel(x: torch.Tensor, output: torch.Tensor, layer_id: int) -> None:
+    """The attention body: reads the metadata the attention backend prepared for this batch (out of graph)."""
+    _hooks["attn_backend"]().harness_attend(x, output, layer_id)
+
+
+def register_attention_op():
+    """Register the split op with SGLang's own helpers, then add the CPU kernel SGLang does not register.
+
+    Idempotent; returns (op callable, breakable eager-break callable).
+    """
+    if _registered:
+        return _registered["op"], _registered["breakable"]
+    from sglang.srt.compilation.compilation_config import register_split_op
+    from sglang.srt.utils.custom_op import register_custom_op
+
+    from harness.devices.custom_ops import add_cpu_kernel
+
+    def harness_prefill_attention(x: torch.Tensor, output: torch.Tensor, layer_id: int) -> None:
+        _attention_kernel(x, output, layer_id)
+
+    op = register_custom_op(mutates_args=["output"])(register_split_op()(harness_prefill_attention))
+    add_cpu_kernel(ATTENTION_OP, harness_prefill_attention)
+    eager_on_graph = _hooks["eager_on_graph"]()
+    breakable = eager_on_graph(True)(harness_prefill_attention) if eager_on_graph is not None else None
+    _registered.update(op=op, breakable=breakable)
+    return _registered["op"], _registered["breakable"]
+
+
+class PrefillLayer(nn.Module):
+    def __init__(self, layer_id: int):
+        super().__init__()
+        self.layer_id = layer_id
+
+    def forward(self, h: torch.Tensor, forward_batch) -> torch.Tensor:
+        mode = forward_batch.forward_mode
+        if mode.is_idle():
+            return h
+        if mode.is_extend():
+            x = h + 1.0  # prefill path
+        else:
+            x = 1.0 + h  # decode path: same numbers
+        batch_mode = forward_batch.global_forward_mode
+        if batch_mode is not None and batch_mode.is_extend():
+            x = x * 1.0  # batch-wide prefill: same numbers
+        output = torch.empty_like(x)
+        op, breakable = register_attention_op()
+        if breakable is not None and _hooks["in_breakable"]():
+            breakable(x, output, self.layer_id)
+        else:
+            op(x, output, self.layer_id)
+        return h + output
+
+
+class PrefillModel(nn.Module):
+    """The transformer body (what SGLang's breakable/full backends capture and `install_torch_compiled`
+    compiles): annotated tensor arguments, so SGLang infers the dynamic dimensions itself."""
+
+    def __init__(self, num_layers: int = NUM_LAYERS):
+        super().__init__()
+        self.layers = nn.ModuleList(PrefillLayer(i) for i in range(num_layers))
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                input_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+        h = torch.stack([input_ids.to(torch.float32), positions.to(torch.float32)], dim=-1)
+        for layer in self.layers:
+            h = layer(h, forward_batch)
+        return h
+
+
+class PrefillForCausalLM(nn.Module):
+    """The outer model: body, then the LM head on each request's last token (eager, like SGLang's logits
+    processor runs outside the captured body for the breakable/full backends)."""
+
+    supports_lora = False
+    shared_experts_config = None
+
+    def __init__(self, num_layers: int = NUM_LAYERS):
+        super().__init__()
+        register_attention_op()
+        self.model = PrefillModel(num_layers)
+        self.register_buffer("lm_head", torch.arange(1, VOCAB + 1, dtype=torch.float32).repeat(HIDDEN, 1))
+        self.quant_config = None
+
+    def get_input_embeddings(self):
+        return None
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, **kwargs):
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+
+        hidden = self.model(input_ids, positions, forward_batch)
+        if forward_batch.forward_mode.is_decode_or_idle() or forward_batch.extend_seq_lens is None:
+            last = torch.arange(forward_batch.batch_size, device=hidden.device)
+        else:
+            last = forward_batch.extend_start_loc + forward_batch.extend_seq_lens - 1
+        return LogitsProcessorOutput(next_token_logits=hidden[last] @ self.lm_head)
+
+
+def reference_logits(requests: Sequence[tuple[Sequence[int], int]], num_layers: int = NUM_LAYERS
+                     ) -> list[list[float]]:
+    """The model's logits computed in plain Python from the formula in the module docstring.
+
+    `requests`: per request, (every token id of the sequence so far, prefix length already in the KV
+    cache). Positions are 0.. len-1. The cached prefix holds what this model wrote when it computed those
+    tokens, so computing the whole sequence causally gives the same numbers as chunked prefill.
+    """
+    out = []
+    for tokens, _prefix in requests:
+        h = [[float(token), float(position)] for position, token in enumerate(tokens)]
+        for _ in range(num_layers):
+            x = [[h0 + 1.0, h1 + 1.0] for h0, h1 in h]
+            running = [0.0, 0.0]
+            for t in range(len(h)):
+                running = [running[0] + x[t][0], running[1] + x[t][1]]
+                h[t] = [h[t][0] + running[0], h[t][1] + running[1]]
+        last = h[-1][0] + h[-1][1]
+        out.append([(v + 1) * last for v in range(VOCAB)])
+    return out

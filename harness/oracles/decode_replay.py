@@ -1,0 +1,61 @@
+"""Replay against eager, batch after batch, so stale values cannot hide.
+
+Each drawn batch is replayed through the runner and compared with eager on its real rows; then the same batch with
+every input id shifted by one is replayed at once (same graph, new inputs): a replay that returned the previous
+replay's values, or read an input buffer that was not refilled, differs from eager there.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from harness.oracles import OracleFailure
+from harness.oracles.eager import assert_matches_eager
+
+
+def check_compiled_forwards_match_eager(target, *, exact: bool) -> None:
+    """Each compiled forward `patch_model` yielded, called outside capture on a new batch of its size, equals eager.
+
+    In record mode the graph holds the eager ops of a compiled forward (Dynamo does not run under the recording
+    mode), so compiled numerics are checked here, outside capture, as well.
+    """
+    from harness.models.decode_model import LORA_SCALES
+    from harness.targets.decode_runner import DecodeBatch
+
+    adapters = sorted(k for k in LORA_SCALES if k is not None)
+    for entry in target.patch_model_seen:
+        if not entry.enable_compile:
+            continue
+        n = entry.num_tokens
+        batch = DecodeBatch(input_ids=[(7 * i + 3) % 50 for i in range(n)],
+                            positions=[(5 * i + 1) % 100 for i in range(n)],
+                            seq_lens=[(3 * i + 2) % 100 + 1 for i in range(n)],
+                            lora_ids=[([None] + adapters)[i % 4] for i in range(n)] if target.lora_manager else None)
+        compiled = target.eager(batch, forward=entry.forward).next_token_logits
+        expected = target.eager(batch).next_token_logits
+        try:
+            assert_matches_eager(compiled, expected, exact=exact)
+        except OracleFailure as failure:
+            raise OracleFailure(failure.oracle, f"the compiled forward `{entry.name}` yielded for {n} token(s), "
+                                f"called outside capture: {failure.diagnosis}", **failure.details) from None
+
+
+def shifted(batch):
+    return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids])
+
+
+def check_replays_match_eager(target, batches, *, exact: bool) -> None:
+    for index, drawn in enumerate(batches):
+        for which, batch in (("drawn", drawn), ("shifted", shifted(drawn))):
+            if not target.can_replay(batch):
+                raise OracleFailure("eager-equality", f"the runner refused to replay batch size {batch.batch_size}"
+                                    f" although it captured {target.capture_bs}", batch=batch)
+            output = target.replay(batch)
+            logits = output.next_token_logits.clone()
+            expected = target.eager(batch).next_token_logits
+            try:
+                assert_matches_eager(logits, expected, exact=exact)
+            except OracleFailure as failure:
+                failure.details.update(replay_index=index, batch=f"{which} {batch}",
+                                       capture_bs=target.capture_bs)
+                raise OracleFailure(failure.oracle, f"replay {index} ({which} batch of {batch.batch_size} "
+                                    f"{batch.forward_mode} row(s)): {failure.diagnosis}", **failure.details) from None

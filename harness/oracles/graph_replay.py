@@ -1,0 +1,38 @@
+"""A forward that took the graph path must have replayed its captured graphs, and created none.
+
+Known bug 2 on SGLang 0.5.16+ is numerically silent: after the Dynamo recompile the new pieces have no capture
+stream and run eagerly. The runner still reports the graph path (`can_run_graph` was true, `execute` ran), so
+only a count of what the device replayed shows that the captured graphs were bypassed. Counts come from
+`harness.devices.piecewise_support.GraphLedger` (`mark()` before the forward, `since(mark)` after).
+"""
+from __future__ import annotations
+
+from harness.oracles import OracleFailure
+
+ORACLE = "graph-replay"
+
+
+def check_graph_forward(delta: dict, expected_replays: int, *, context: str = "") -> None:
+    """The graph path replayed exactly `expected_replays` captured graphs and captured nothing new."""
+    where = f" ({context})" if context else ""
+    if delta["replays"] == 0:
+        raise OracleFailure(
+            ORACLE, f"the forward took the graph path but replayed no captured graph: it ran eagerly{where}",
+            expected_replays=expected_replays, **delta)
+    if delta["new_graphs"] or delta["new_captures"]:
+        raise OracleFailure(
+            ORACLE, f"the forward created {delta['new_graphs']} new graph(s) at serve time{where}",
+            expected_replays=expected_replays, **delta)
+    if delta["replays"] != expected_replays:
+        raise OracleFailure(
+            ORACLE, f"the forward replayed {delta['replays']} graph(s), the capture recorded {expected_replays} "
+                    f"per shape{where}: part of the forward ran outside its captured graphs",
+            expected_replays=expected_replays, **delta)
+
+
+def check_eager_forward(delta: dict, *, context: str = "") -> None:
+    """SGLang's eager path ran: it must neither replay nor create graphs."""
+    if delta["replays"] or delta["new_graphs"]:
+        raise OracleFailure(
+            ORACLE, f"the eager path replayed {delta['replays']} graph(s) and created {delta['new_graphs']}"
+                    + (f" ({context})" if context else ""), **delta)

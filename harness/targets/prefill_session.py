@@ -1,0 +1,165 @@
+"""One prefill-runner target on the virtual device, with every oracle of the prefill suite attached.
+
+    session = PrefillSession.get(case)          # cached: one live target per process (see below)
+    outcome = session.step(batch, ex)           # SGLang's dispatch for one forward, then all oracles
+
+A session enters the virtual device (`harness.devices.cpu.install()` in the case's capture mode), a graph ledger,
+a `RecompileWatcher` and a `CaptureStreamWatcher`, and builds the target (SGLang compiles and captures). The
+recompile watcher is armed once capture is done; the capture-stream watcher watches capture too (a capture
+session that never set the stream shows there first).
+
+Only one target lives per process: `install_torch_compiled` removes the model class's forward code from Dynamo's
+cache each time it compiles a new instance, so an older target's compiled forward would recompile. Asking for
+another case closes the current session first. Compiled pieces are therefore cached per capture grid within a
+run: examples that share a case share its target.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Optional
+
+import torch
+
+from harness.devices import cpu
+from harness.devices.piecewise_support import graph_ledger
+from harness.models.prefill_model import reference_logits
+from harness.oracles import OracleFailure
+from harness.oracles.capture_stream import CaptureStreamWatcher
+from harness.oracles.eager import assert_matches_eager
+from harness.oracles.graph_replay import check_eager_forward, check_graph_forward
+from harness.oracles.process_state import check_at_rest
+from harness.oracles.recompile import RecompileWatcher
+from harness.targets import prefill_runner as target
+from harness.targets.prefill_runner import Batch, PrefillCase, Request
+
+# Modes whose graph replay must equal an EXTEND capture (the runner normalises MIXED to EXTEND).
+GRAPH_MODES = ("EXTEND", "MIXED")
+
+
+@dataclasses.dataclass
+class Outcome:
+    path: str  # "graph" | "eager" | "sglang-error"
+    logits: Optional[torch.Tensor] = None
+    error: Optional[BaseException] = None
+    replay: Optional[dict] = None
+
+
+class PrefillSession:
+    _current: Optional["PrefillSession"] = None
+
+    @classmethod
+    def get(cls, case: PrefillCase) -> "PrefillSession":
+        current = cls._current
+        if current is not None and current.case == case and not current.closed:
+            return current
+        if current is not None:
+            current.close()
+        cls._current = cls(case)
+        return cls._current
+
+    @classmethod
+    def close_current(cls) -> None:
+        if cls._current is not None:
+            cls._current.close()
+            cls._current = None
+
+    def __init__(self, case: PrefillCase):
+        self.case = case
+        self.closed = False
+        self.layout = target.require_layout()
+        self._stack = contextlib.ExitStack()
+        try:
+            self._stack.enter_context(cpu.install())
+            self._stack.enter_context(cpu.capture_mode(case.device_capture_mode))
+            self.ledger = self._stack.enter_context(graph_ledger())
+            self.recompiles = self._stack.enter_context(RecompileWatcher("the prefill model's forward"))
+            self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
+            with self.streams.watching_warnings():
+                self.target = target.make_target(case, self.layout)
+            self.capture_sizes = list(self.target.runner.capture_num_tokens)
+            self.graphs_per_shape = self.ledger.captured // max(1, len(self.capture_sizes))
+            self.capture_compiles = self.recompiles.warmup_compiles
+            self.recompiles.arm()
+            self.probes = target.state_probes(self.layout)
+        except BaseException:
+            self._stack.close()
+            self.closed = True
+            raise
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._stack.close()
+
+    # -- oracles that do not depend on a forward ------------------------------------------------------------
+    def check_capture(self) -> None:
+        """After construction: the capture made graphs and saw no capture-stream problem."""
+        self.streams.check("capture")
+        if self.graphs_per_shape == 0:
+            raise OracleFailure("graph-replay", "the runner captured no graph at all",
+                                capture_sizes=self.capture_sizes, captured=self.ledger.captured)
+
+    # -- one forward -------------------------------------------------------------------------------------------
+    def prefill_history(self, batch: Batch) -> None:
+        """Earlier iterations, for requests that arrive with a cached prefix: run their history eagerly once
+        (the model writes its own KV for those tokens, as the chunk before did)."""
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        earlier = tuple(Request(r.row, r.history) for r in batch.requests if r.prefix)
+        if earlier:
+            self.target.eager(Batch(earlier, ForwardMode.EXTEND, ForwardMode.EXTEND))
+
+    def step(self, batch: Batch, ex=None, *, check_eager: bool = True, reuse_history: bool = False) -> Outcome:
+        """SGLang's dispatch for `batch`, then: no recompile, no capture-stream sighting, the graph path replayed
+        its graphs (or the eager path none), output equal to eager and to the by-hand numbers, state at rest.
+
+        `reuse_history`: the requests' prefixes are already in the KV cache (an earlier step computed them).
+        A failing oracle closes the session: its watchers and compiled state are spoiled for later examples."""
+        try:
+            if not reuse_history:
+                self.prefill_history(batch)
+            return self._step(batch, ex, check_eager)
+        except BaseException:
+            self.close()
+            if PrefillSession._current is self:
+                PrefillSession._current = None
+            raise
+
+    def _step(self, batch: Batch, ex, check_eager: bool) -> Outcome:
+        expected = self.target.eager(batch) if check_eager and batch.requests else None
+        mark = self.ledger.mark()
+        mode = batch.forward_mode.name
+        try:
+            with self.streams.watching_warnings():
+                logits, graph_path, _ = self.target.forward(batch)
+        except Exception as error:  # noqa: BLE001 - classified below
+            self._check_watchers(batch)
+            return Outcome("sglang-error", error=error, replay=self.ledger.since(mark))
+        delta = self.ledger.since(mark)
+        outcome = Outcome("graph" if graph_path else "eager", logits=logits, replay=delta)
+        if ex is not None:
+            ex.note("path", outcome.path)
+            ex.note("graph_replays", delta["replays"])
+        context = (f"forward_mode={mode}, global_forward_mode="
+                   f"{getattr(batch.global_forward_mode, 'name', None)}, tokens={batch.num_tokens}")
+        self._check_watchers(batch)
+        if graph_path:
+            check_graph_forward(delta, self.graphs_per_shape, context=context)
+        else:
+            check_eager_forward(delta, context=context)
+        if expected is not None and logits is not None:
+            exact = self.case.backend != "tc_piecewise" or self.case.compiler == "eager"
+            assert_matches_eager(logits, expected, exact=exact)
+            if batch.forward_mode.is_extend() or batch.forward_mode.is_decode():
+                by_hand = torch.tensor(reference_logits(
+                    [(r.history + r.tokens, r.prefix) for r in batch.requests]), dtype=logits.dtype)
+                assert_matches_eager(expected, by_hand)
+        return outcome
+
+    def _check_watchers(self, batch: Batch) -> None:
+        context = (f"forward_mode={batch.forward_mode.name}, global_forward_mode="
+                   f"{getattr(batch.global_forward_mode, 'name', None)}, tokens={batch.num_tokens}")
+        self.streams.check(context)
+        self.recompiles.check(context)
+        check_at_rest(self.probes, context=context)

@@ -1,0 +1,77 @@
+"""Hypothesis strategies for decode graph capture and replay.
+
+- `decode_cases()`: a `DecodeCase`: the capture batch-size list and the request pool size (SGLang's own
+  `get_batch_sizes_to_capture` turns them into the captured and compiled sizes: it appends the pool size when the
+  list outgrows it and drops sizes above it), torch.compile on/off with `torch_compile_max_bs`, LoRA on/off with
+  `record_nolora_graph`.
+- `replay_batches(capture_bs, lora=...)`: batches to replay against the sizes really captured: on the grid, between
+  grid points (so the runner pads), at the edges (1 and the largest captured size), with a forward mode (DECODE, or
+  IDLE with no rows) and, with LoRA, which requests carry an adapter.
+- `personalities()`: "cuda" or "npu".
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from harness.models.decode_model import LORA_SCALES
+from harness.targets.decode_runner import DecodeBatch, DecodeCase
+
+MAX_CAPTURE_BS = 12  # small sizes keep a capture under a second on two cores
+ADAPTERS = sorted(k for k in LORA_SCALES if k is not None)
+
+
+@st.composite
+def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None, compile_backend: str = "eager",
+                 compile_every_size: bool = False) -> DecodeCase:
+    """`compile_every_size`: `torch_compile_max_bs` above every size, so each captured size is compiled."""
+    capture_bs = draw(st.lists(st.integers(1, MAX_CAPTURE_BS), min_size=1, max_size=4, unique=True).map(sorted))
+    # The pool: often above the list (no change), sometimes below it (SGLang appends it and drops larger sizes).
+    pool = draw(st.one_of(st.integers(max(capture_bs), MAX_CAPTURE_BS + 4), st.integers(1, MAX_CAPTURE_BS)))
+    enable_compile = draw(st.booleans()) if compile is None else compile
+    max_bs = draw(st.integers(0, MAX_CAPTURE_BS)) if enable_compile and not compile_every_size else 32
+    # LoRA and its two-graph variant are drawn more often than a fair coin would (Hypothesis starts from the
+    # simplest values, so a gate budget of tens of examples would otherwise rarely reach them).
+    with_lora = draw(st.sampled_from([True, True, False])) if lora is None else lora
+    nolora_graph = draw(st.sampled_from([True, False])) if with_lora else False
+    return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool, enable_torch_compile=enable_compile,
+                      torch_compile_max_bs=max_bs, lora=with_lora, record_nolora_graph=nolora_graph,
+                      compile_backend=compile_backend)
+
+
+def replay_sizes(capture_bs: list[int]) -> st.SearchStrategy[int]:
+    """Batch sizes the runner must serve: grid points, the gaps between them (padding), and the edges."""
+    grid = sorted(capture_bs)
+    gaps = [b for low, high in zip([0] + grid, grid) for b in range(low + 1, high)]
+    choices = [st.sampled_from(grid), st.sampled_from([1, grid[-1]])]
+    if gaps:
+        choices.append(st.sampled_from(gaps))
+    return st.one_of(*choices)
+
+
+@st.composite
+def decode_batch(draw, size: int, *, lora: bool, forward_mode: str = "DECODE") -> DecodeBatch:
+    if forward_mode == "IDLE":
+        size = 0
+    rows = st.lists(st.integers(0, 50), min_size=size, max_size=size)
+    lora_ids = None
+    if lora:
+        lora_ids = draw(st.lists(st.sampled_from([None] + ADAPTERS), min_size=size, max_size=size))
+    return DecodeBatch(input_ids=draw(rows), positions=draw(st.lists(st.integers(0, 100), min_size=size,
+                                                                         max_size=size)),
+                       seq_lens=draw(st.lists(st.integers(1, 100), min_size=size, max_size=size)),
+                       lora_ids=lora_ids, forward_mode=forward_mode)
+
+
+@st.composite
+def replay_batches(draw, capture_bs: list[int], *, lora: bool, max_batches: int = 4) -> list[DecodeBatch]:
+    """A sequence of batches to replay one after another (sizes repeat, so graphs are replayed again)."""
+    count = draw(st.integers(1, max_batches))
+    batches = []
+    for _ in range(count):
+        mode = draw(st.sampled_from(["DECODE"] * 5 + ["IDLE"]))
+        batches.append(draw(decode_batch(draw(replay_sizes(capture_bs)), lora=lora, forward_mode=mode)))
+    return batches
+
+
+def personalities() -> st.SearchStrategy[str]:
+    return st.sampled_from(["cuda", "npu"])

@@ -1,0 +1,157 @@
+"""What the prefill suite draws: capture grids, replay token counts on/between/beyond the grid, batches (chunked
+requests, mixed batches with decoding requests), the batch's forward_mode and global_forward_mode drawn
+independently, and the compiler of the pieces."""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from harness.conditions import narrow
+from harness.targets.prefill_runner import Batch, PrefillCase, Request
+
+MAX_REQUESTS = 8  # req_to_token rows; row 0 is the padding row, so up to 7 requests
+MAX_CONTEXT = 64
+TOKEN_IDS = st.integers(0, 9)
+# No 1: Dynamo specialises a size-1 dimension, so a 1-token capture is never a graph (see the suite's
+# test_findings_capture_size_one_never_replays); 1-token batches still replay, padded to the smallest size.
+GRID_VALUES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def _mode(name: str):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return ForwardMode[name]
+
+
+def all_modes() -> list:
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return list(ForwardMode)
+
+
+def capture_grids(max_size: int = 4) -> st.SearchStrategy[tuple[int, ...]]:
+    """A capture token-count grid, as `cuda_graph_config.prefill.bs`: 1 to `max_size` distinct sizes."""
+    return st.lists(st.sampled_from(GRID_VALUES), min_size=1, max_size=max_size, unique=True).map(
+        lambda sizes: tuple(sorted(sizes)))
+
+
+def compilers(inductor: bool = False) -> st.SearchStrategy[str]:
+    """The compiler of the pieces. Inductor costs ~25 s cold on this machine, so it is drawn only on request."""
+    return st.sampled_from(("eager", "inductor") if inductor else ("eager",))
+
+
+def cases(backend: str = "tc_piecewise", *, grids=None, inductor: bool = False) -> st.SearchStrategy[PrefillCase]:
+    return st.builds(PrefillCase, backend=st.just(backend), capture_tokens=grids or capture_grids(),
+                     compiler=compilers(inductor), max_requests=st.just(MAX_REQUESTS),
+                     max_context=st.just(MAX_CONTEXT))
+
+
+def replay_num_tokens(grid: tuple[int, ...]) -> st.SearchStrategy[int]:
+    """A token count on the grid, strictly between two grid values (or below the smallest), or beyond it;
+    narrowed by `python -m harness repro` to a reported count ("num_tokens") when the harness can build it."""
+    return narrow("num_tokens", _replay_num_tokens(grid), domain=range(1, MAX_CONTEXT))
+
+
+@st.composite
+def _replay_num_tokens(draw, grid: tuple[int, ...]) -> int:
+    where = draw(st.sampled_from(("on", "between", "beyond")))
+    if where == "on":
+        return draw(st.sampled_from(grid))
+    if where == "between":
+        gaps = [(low + 1, high - 1) for low, high in zip((0,) + grid, grid) if high - low > 1]
+        if gaps:
+            low, high = draw(st.sampled_from(gaps))
+            return draw(st.integers(low, high))
+        return draw(st.sampled_from(grid))
+    return draw(st.integers(grid[-1] + 1, min(2 * grid[-1] + 3, MAX_CONTEXT - 1)))
+
+
+def forward_modes() -> st.SearchStrategy:
+    """Every ForwardMode of the installed SGLang (narrowed by repro to the reported "forward_mode")."""
+    return narrow("forward_mode", st.sampled_from(all_modes()), domain=all_modes())
+
+
+def global_forward_modes() -> st.SearchStrategy:
+    """Every ForwardMode, or None (a batch that went through no DP sync)."""
+    return st.one_of(st.none(), forward_modes())
+
+
+@st.composite
+def batches(draw, num_tokens: int, forward_mode, global_forward_mode, *, decoding: bool = True,
+            chunked: bool = True) -> Batch:
+    """A batch of `num_tokens` new tokens in `forward_mode`.
+
+    Extend-family modes: the tokens are split over 1..7 requests; a request may arrive with a cached prefix
+    (a later chunk of a chunked prefill) and, when `decoding`, some requests are decoding (one new token after
+    their history), which is what a MIXED batch carries. Decode-shaped modes: one new token per request, each
+    after a history. IDLE: no requests.
+    """
+    if forward_mode.is_idle():
+        return Batch((), forward_mode, global_forward_mode)
+    extend = forward_mode.is_extend(include_draft_extend_v2=True)
+    free_rows = list(range(1, MAX_REQUESTS))
+    requests = []
+    remaining = num_tokens
+    while remaining > 0 and free_rows:
+        row = free_rows.pop(draw(st.integers(0, len(free_rows) - 1)))
+        if not extend:
+            count = 1
+        elif not free_rows:
+            count = remaining
+        else:
+            count = draw(st.integers(1, remaining))
+        kind = "fresh"
+        if not extend:
+            kind = "decoding"
+        elif count == 1 and decoding and draw(st.booleans()):
+            kind = "decoding"
+        elif chunked and draw(st.booleans()):
+            kind = "chunk"
+        history_len = 0
+        if kind == "decoding":
+            history_len = draw(st.integers(1, max(1, MAX_CONTEXT - count - 1)))
+        elif kind == "chunk":
+            history_len = draw(st.integers(1, max(1, MAX_CONTEXT - count - 1)))
+        history_len = min(history_len, MAX_CONTEXT - count)
+        history = tuple(draw(st.lists(TOKEN_IDS, min_size=history_len, max_size=history_len)))
+        tokens = tuple(draw(st.lists(TOKEN_IDS, min_size=count, max_size=count)))
+        requests.append(Request(row, tokens, prefix=history_len, history=history))
+        remaining -= count
+    return Batch(tuple(requests), forward_mode, global_forward_mode)
+
+
+GRAPH_MODE_NAMES = ("EXTEND", "MIXED")  # what an EXTEND capture replays (the runner maps MIXED to EXTEND)
+
+
+@st.composite
+def graph_bound_batches(draw, grid: tuple[int, ...]) -> Batch:
+    """A batch the prefill graph is for: forward_mode and global_forward_mode each EXTEND or MIXED, drawn
+    independently; a token count on, between or beyond the grid; chunked and decoding requests."""
+    num_tokens = draw(replay_num_tokens(grid))
+    graph_modes = [_mode(name) for name in GRAPH_MODE_NAMES]
+    local = draw(narrow("forward_mode", st.sampled_from(graph_modes), domain=graph_modes))
+    batch_wide = draw(st.sampled_from(GRAPH_MODE_NAMES).map(_mode))
+    return draw(batches(num_tokens, local, batch_wide))
+
+
+def describe(batch: Batch) -> dict:
+    """Drawn values of a batch for the record."""
+    return {
+        "forward_mode": batch.forward_mode.name,
+        "global_forward_mode": getattr(batch.global_forward_mode, "name", None),
+        "num_tokens": batch.num_tokens,
+        "requests": [{"row": r.row, "new": len(r.tokens), "prefix": r.prefix, "tokens": list(r.tokens),
+                      "history": list(r.history)} for r in batch.requests],
+    }
+
+
+def batch_from_drawn(drawn: dict) -> Batch:
+    """The batch a record's `drawn` values describe (`describe` above): what a replay without Hypothesis runs.
+    Records without token ids (older ones) get deterministic ids of the recorded sizes."""
+    requests = []
+    for index, request in enumerate(drawn.get("requests") or ()):
+        new, prefix = int(request["new"]), int(request.get("prefix", 0))
+        tokens = tuple(request.get("tokens") or [(index + offset) % 10 for offset in range(new)])
+        history = tuple(request.get("history") or [(index + offset) % 10 for offset in range(prefix)])
+        requests.append(Request(int(request["row"]), tokens, prefix=prefix, history=history))
+    global_mode = drawn.get("global_forward_mode")
+    return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None)

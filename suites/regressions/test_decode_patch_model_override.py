@@ -1,0 +1,47 @@
+"""Pinned regression of known bug 1 (SGLang PR #23906, fixed by #27774): with the NPU graph runner, its override of
+`patch_model` must be what runs during capture, compiled sizes included; and the CUDA runner with compile and
+LoRA variants keeps its contract. Explicit cases, both personalities, whatever `--personality` says."""
+from __future__ import annotations
+
+import pytest
+
+from harness.devices import get_device
+from harness.record import example
+from harness.targets import decode_runner
+from harness.targets.decode_runner import DecodeBatch, DecodeCase
+from suites.test_decode_capture import capture_and_check
+
+CASES = {
+    # Every size compiled: the NPU override must compile them with its own backend (npugraph_ex).
+    "npu_compile_every_size": ("npu", DecodeCase(capture_bs=(1, 2, 4), max_running_requests=4,
+                                                 enable_torch_compile=True, torch_compile_max_bs=8)),
+    # Some sizes compiled, some not: the override is entered for both kinds.
+    "npu_compile_some_sizes": ("npu", DecodeCase(capture_bs=(1, 3, 6), max_running_requests=6,
+                                                 enable_torch_compile=True, torch_compile_max_bs=3, lora=True)),
+    # CUDA: lora and nolora graphs per size, compiled.
+    "cuda_lora_variants_compiled": ("cuda", DecodeCase(capture_bs=(2, 4), max_running_requests=5,
+                                                       enable_torch_compile=True, torch_compile_max_bs=4, lora=True,
+                                                       record_nolora_graph=True)),
+}
+
+
+def fixed_batches(case: DecodeCase):
+    def batches(capture_bs):
+        sizes = sorted({1, capture_bs[-1], max(1, capture_bs[-1] - 1)})  # edges and one padded size
+        return [DecodeBatch(input_ids=[2 + i for i in range(n)], positions=[4 + i for i in range(n)],
+                            seq_lens=[5 + i for i in range(n)],
+                            lora_ids=(["a1", None, "a2", "a3"] * n)[:n] if case.lora else None) for n in sizes]
+
+    return batches
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_patch_model_override_is_what_captured(name):
+    personality, case = CASES[name]
+    layout = decode_runner.resolve_layout()
+    if layout.skip_reason:
+        pytest.skip(layout.skip_reason)
+    device = get_device("cpu")
+    with device.install(personality), example("decode_capture_regression", personality=personality,
+                                              **case.drawn()) as ex:
+        capture_and_check(case, fixed_batches(case), device, personality, layout, ex)

@@ -1,0 +1,92 @@
+"""Decode graph capture and replay: draw a capture configuration, let SGLang's real decode runner (or, with
+`--personality npu`, SGLang's NPU runner) capture it on the device, replay drawn batches through the runner's real
+`execute`, and check replay against eager, the `patch_model` contract, recompilation and staleness
+(known bug class 1: a platform monkey-patch silently ignored, SGLang PR #27774)."""
+from __future__ import annotations
+
+
+import pytest
+from hypothesis import given, strategies as st
+
+from harness.devices import get_device
+from harness.oracles.hooks import HookRecorder
+from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
+from harness.oracles.recompile import RecompileWatcher
+from harness.profiles import suite_settings
+from harness.record import example
+from harness.oracles.decode_replay import check_compiled_forwards_match_eager, check_replays_match_eager
+from harness.oracles.patch_contract import check_patch_model_contract
+from harness.targets import decode_runner
+from strategies.capture import decode_cases, replay_batches
+
+
+
+@pytest.fixture(scope="module")
+def layout():
+    found = decode_runner.resolve_layout()
+    if found.skip_reason:
+        pytest.skip(found.skip_reason)
+    return found
+
+
+@pytest.fixture(scope="module")
+def device(device_name, personality):
+    found = get_device(device_name)
+    if not found.available:
+        pytest.skip(found.skip_reason)
+    with found.install(personality):
+        yield found
+
+
+def test_no_module_imports_a_rebound_name_by_value():
+    with example("rebinding_static") as ex:
+        findings = assert_no_by_value_imports_of_rebound_names()
+        ex.note("rebinding_sites", findings.rebinding_count)
+        ex.note("benign", [b.key for b in findings.benign])
+
+
+def drawn_batches(data, case):
+    return lambda capture_bs: data.draw(replay_batches(capture_bs, lora=case.lora), label="replay batches")
+
+
+def capture_mode_for(case) -> str:
+    """Record (the faithful CUDA-graph semantics: no Python at replay) unless torch.compile is on; compiled forwards
+    are re-run so compiled code and its guards run at every replay -- except with LoRA variants, whose forward
+    depends on the capture-time variant flag SGLang sets only while capturing (a re-run would see it unset)."""
+    return "rerun" if case.enable_torch_compile and not case.record_nolora_graph else "record"
+
+
+def capture_and_check(case, batches_for, device, personality, layout, ex) -> None:
+    """Capture `case` through the real runner, replay `batches_for(captured sizes)`, and run every oracle."""
+    hooks = HookRecorder()
+    mode = capture_mode_for(case)
+    device.reset()
+    with device.capture_mode(mode), RecompileWatcher("decode forward") as watcher:
+        target = decode_runner.DecodeTarget(case, personality=personality, device=device.torch_device,
+                                            hooks=hooks, layout=layout)
+        check_compiled_forwards_match_eager(target, exact=case.compile_backend == "eager")
+        watcher.arm()
+        ex.note("capture_bs", target.capture_bs)
+        ex.note("compile_bs", target.compile_bs)
+        ex.note("capture_modes", sorted(set(device.capture_modes_used())))
+        ex.note("capture_seconds", round(target.capture_seconds, 3))
+        check_patch_model_contract(target, hooks, layout)
+        batches = batches_for(target.capture_bs)
+        ex.note("replayed", [(b.forward_mode, b.batch_size) for b in batches])
+        check_replays_match_eager(target, batches, exact=case.compile_backend == "eager")
+        watcher.check("a replay compiled a frame")
+
+
+@suite_settings(gate_examples=30, shrink_in_gate=False)
+@given(case=decode_cases(), data=st.data())
+def test_replay_matches_eager_and_patch_model_contract(case, data, device, personality, layout):
+    with example("decode_capture", personality=personality, **case.drawn()) as ex:
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=decode_cases(compile=True, compile_backend="inductor", compile_every_size=True), data=st.data())
+def test_inductor_compiled_replay_matches_eager(case, data, device, personality, layout):
+    with example("decode_capture_inductor", personality=personality, **case.drawn()) as ex:
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
+

@@ -1,0 +1,86 @@
+"""Mutants of SGLang's decode graph runner, each re-introduced into a scratch copy of the installed SGLang: the decode
+suite must fail with the right oracle and diagnosis; clean SGLang must pass.
+
+- bug1_by_value_patch_model: known bug 1 (SGLang PR #23906, fixed by #27774): the runner imports `patch_model` by
+  value from torch_compile_decoration and calls it directly, so the NPU runner's override never runs. Both the
+  dynamic check (NPU personality: the override must be what ran during capture) and the static check (no by-value
+  import of a rebound name) must fail.
+- replay_returns_padded_rows: the replay slices the graph output to the padded batch instead of the real rows;
+  the eager oracle must fail on a batch size between captured sizes.
+- replay_skips_graph: the full-graph backend returns the captured output without replaying the graph, so every
+  replay returns stale values; the eager oracle must fail.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.mutant_runs import run_suite_on_mutant
+
+SUITE = "suites/test_decode_capture.py"
+RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
+
+BUG1 = [
+    (RUNNER,
+     "from sglang.srt.compilation import torch_compile_decoration\n"
+     "from sglang.srt.compilation.torch_compile_decoration import set_torch_compile_config\n",
+     "from sglang.srt.compilation.torch_compile_decoration import (\n"
+     "    patch_model,\n"
+     "    set_torch_compile_config,\n"
+     ")\n"),
+    (RUNNER, "with torch_compile_decoration.patch_model(", "with patch_model("),
+]
+PADDED_ROWS = [
+    (RUNNER, "output.next_token_logits[: self.raw_num_token]",
+     "output.next_token_logits[: self.bs * self.captured_req_width]"),
+]
+
+SKIP_REPLAY = [
+    ("srt/model_executor/runner_backend/full_cuda_graph_backend.py",
+     "        with graph_pool_replay_scope():\n            self._graphs[shape_key].replay()\n",
+     "        with graph_pool_replay_scope():\n            pass\n"),
+]
+
+DYNAMIC = f"{SUITE}::test_replay_matches_eager_and_patch_model_contract"
+STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
+
+# name -> (edits, test to run, extra options, oracle expected, texts expected in the diagnosis)
+MUTANTS = {
+    "bug1_by_value_patch_model_dynamic": (
+        BUG1, DYNAMIC, ("--personality", "npu"), "hook-contract",
+        ["`patch_model_npu` ran 0 time(s)", "other patch_model variants ran: {'patch_model'"]),
+    "bug1_by_value_patch_model_static": (
+        BUG1, STATIC, (), "rebinding-by-value-import",
+        ["sglang.srt.compilation.torch_compile_decoration.patch_model is rebound at",
+         "npu_graph_runner.py:", "sglang.srt.model_executor.runner.decode_cuda_graph_runner imports it by value at",
+         "decode_cuda_graph_runner.py:40"]),
+    "replay_returns_padded_rows": (
+        PADDED_ROWS, DYNAMIC, (), "eager-equality", ["shape or dtype differs from eager"]),
+    "replay_skips_graph": (
+        SKIP_REPLAY, DYNAMIC, (), "eager-equality", ["not bit-equal to eager"]),
+}
+
+
+def _failures(report_dir) -> list[dict]:
+    path = report_dir / "failures.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_decode_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
+    edits, test, extra, oracle, texts = MUTANTS[name]
+    code, output = run_suite_on_mutant(test, name, edits, tmp_path, extra=extra, timeout=600)
+    assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
+    failures = _failures(tmp_path)
+    assert failures, f"mutant {name}: the suite failed but wrote no failure record:\n{output[-3000:]}"
+    assert failures[0]["oracle"] == oracle, failures[0]
+    for text in texts:
+        assert text in failures[0]["diagnosis"], (text, failures[0]["diagnosis"])
+
+
+@pytest.mark.parametrize("personality", ["cuda", "npu"])
+def test_clean_sglang_passes_the_decode_suite(personality, tmp_path):
+    code, output = run_suite_on_mutant(SUITE, "clean", [], tmp_path, extra=("--personality", personality),
+                                       timeout=600)
+    assert code == 0, f"clean SGLang failed the decode suite ({personality}):\n{output[-3000:]}"

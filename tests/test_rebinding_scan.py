@@ -1,0 +1,44 @@
+"""The static rebinding scan on a small synthetic package: each kind of rebinding and import, found or not."""
+from __future__ import annotations
+
+import textwrap
+
+from harness.oracles.rebinding import scan
+
+
+def write(root, files: dict) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_scan_finds_by_value_imports_of_rebound_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    package = tmp_path / "pkg"
+    write(package, {
+        "__init__.py": "",
+        "hooks.py": "def patch():\n    return 'original'\n\ndef other():\n    return 1\n",
+        "platform.py": """
+            from pkg import hooks
+            import pkg.hooks as hooks_module
+
+            def install():
+                hooks.patch = lambda: 'override'          # rebinding by assignment, at run time
+                setattr(hooks_module, "other", lambda: 2)  # rebinding by setattr
+            """,
+        "runner.py": "from pkg.hooks import patch\n\ndef run():\n    return patch()\n",       # finding
+        "reader.py": "from pkg import hooks\n\ndef run():\n    return hooks.patch()\n",     # fine: looks up
+        "late.py": "def run():\n    from pkg.hooks import other\n    return other()\n",     # benign: call time
+        "unused.py": "from pkg.hooks import patch  # noqa\n",                               # not used: fine
+        "reexport/__init__.py": "from pkg.hooks import other\n",                          # re-export, unused
+        "user.py": "from pkg.reexport import other\n\nVALUE = other()\n",                   # finding via re-export
+    })
+    result = scan(package)
+    found = sorted((f.target_module + "." + f.name, f.by_value_import.module) for f in result.findings)
+    assert found == [("pkg.hooks.other", "pkg.user"), ("pkg.hooks.patch", "pkg.runner")]
+    runner = next(f for f in result.findings if f.by_value_import.module == "pkg.runner")
+    assert runner.rebinding.module == "pkg.platform" and runner.rebinding.scope == "in install"
+    assert "platform.py:6" in runner.describe() and "runner.py:1" in runner.describe()
+    assert [f.by_value_import.module for f in result.benign] == ["pkg.late"]
+    assert result.rebinding_count == 2

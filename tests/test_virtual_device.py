@@ -1,0 +1,179 @@
+"""Self-tests of the cpu virtual device: a captured graph behaves like a CUDA graph.
+
+Each test captures a small function whose effect is computable by hand, then checks what replay does.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from harness.devices import cpu, get_device
+from harness.oracles import OracleFailure
+from harness.oracles.eager import assert_matches_eager
+
+
+@pytest.fixture
+def virtual():
+    with cpu.install():
+        cpu.reset_log()
+        yield cpu
+
+
+def capture(fn, mode="record"):
+    """Capture `fn()` into a new graph with the virtual device's `torch.cuda.graph`; return (graph, output)."""
+    graph = torch.cuda.CUDAGraph()
+    with cpu.capture_mode(mode):
+        with torch.cuda.graph(graph, stream=torch.cpu.Stream()):
+            out = fn()
+    return graph, out
+
+
+@pytest.mark.parametrize("mode", cpu.MODES)
+def test_replay_after_inputs_changed_gives_the_new_result(virtual, mode):
+    x = torch.tensor([1.0, 2.0, 3.0])
+    graph, out = capture(lambda: 3 * x + 19, mode)
+    assert out.tolist() == [22.0, 25.0, 28.0]  # 3 * [1, 2, 3] + 19, computed during capture
+    x.copy_(torch.tensor([10.0, 0.0, -1.0]))
+    graph.replay()
+    assert out.tolist() == [49.0, 19.0, 16.0]  # 3 * [10, 0, -1] + 19, in the same output tensor
+    assert virtual.CAPTURES[-1].mode == mode
+
+
+def test_record_mode_freezes_a_python_branch_and_side_effect(virtual):
+    x = torch.tensor([1.0, 2.0])
+    calls = []
+
+    def body():
+        calls.append("ran")
+        if x[0].item() > 5:  # False at capture: the graph holds the other branch
+            return x * 100
+        return x + 1
+
+    graph, out = capture(body, "record")
+    x.copy_(torch.tensor([10.0, 20.0]))
+    graph.replay()
+    assert calls == ["ran"]  # the Python side effect happened at capture only
+    assert out.tolist() == [11.0, 21.0]  # x + 1 (branch frozen), not x * 100
+
+
+def test_rerun_mode_runs_the_python_again(virtual):
+    x = torch.tensor([1.0, 2.0])
+    calls = []
+
+    def body():
+        calls.append("ran")
+        return x * 2
+
+    graph, out = capture(body, "rerun")
+    x.copy_(torch.tensor([5.0, 6.0]))
+    graph.replay()
+    assert calls == ["ran", "ran"]
+    assert out.tolist() == [10.0, 12.0]
+
+
+@pytest.mark.parametrize("mode", cpu.MODES)
+def test_recorded_in_place_update_is_replayed(virtual, mode):
+    counter = torch.zeros(2)
+    step = torch.tensor([1.0, 2.0])
+
+    def body():
+        counter.add_(step)  # in place on a static buffer
+        return counter * 10
+
+    graph, out = capture(body, mode)
+    assert counter.tolist() == [1.0, 2.0]
+    graph.replay()
+    graph.replay()
+    assert counter.tolist() == [3.0, 6.0]  # captured once + replayed twice: 3 * [1, 2]
+    assert out.tolist() == [30.0, 60.0]
+
+
+@pytest.mark.parametrize("mode", cpu.MODES)
+def test_reading_an_output_between_replays_sees_the_last_replay(virtual, mode):
+    x = torch.tensor([1.0])
+    graph, out = capture(lambda: x * 2, mode)
+    seen = []
+    for value in (5.0, 7.0):
+        x.fill_(value)
+        graph.replay()
+        seen.append(out.item())  # the same tensor object every time, holding the last replay's result
+    assert seen == [10.0, 14.0]
+
+
+def test_a_replay_that_does_nothing_is_caught_by_the_eager_oracle(virtual):
+    x = torch.tensor([1.0, 2.0])
+    graph, out = capture(lambda: x * 3, "record")
+    graph.replay = lambda: None  # a broken replay: the output keeps the capture-time values
+    x.copy_(torch.tensor([4.0, 5.0]))
+    graph.replay()
+    with pytest.raises(OracleFailure, match="eager-equality"):
+        assert_matches_eager(out, x * 3, exact=True)
+
+
+def test_scalars_read_at_capture_stay_baked_in(virtual):
+    x = torch.tensor([2.0])
+    scale = torch.tensor([3.0])
+    graph, out = capture(lambda: x * scale.item(), "record")  # .item() reads 3 at capture
+    scale.fill_(100.0)
+    x.fill_(5.0)
+    graph.replay()
+    assert out.item() == 15.0  # 5 * 3: the scalar is baked in, as a kernel argument in a CUDA graph
+
+
+def test_capture_state_streams_pools_and_weak_refs(virtual):
+    seen = []
+    graph, _ = capture(lambda: seen.append(torch.cuda.is_current_stream_capturing()) or torch.ones(1), "record")
+    assert seen == [True] and not torch.cuda.is_current_stream_capturing()
+    assert torch.cpu.graph_pool_handle() != torch.cpu.graph_pool_handle()
+    t = torch.arange(3.0)
+    weak = cpu.weak_ref_tensor(t)
+    t.add_(1)
+    assert weak.tolist() == [1.0, 2.0, 3.0]  # shares the storage
+    # SGLang's module raises NotImplementedError at import on a CPU; installed, it imports as SGLang imports it.
+    from sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor import weak_ref_tensors
+    assert weak_ref_tensors([t])[0].data_ptr() == t.data_ptr()
+    # GroupCoordinator.graph_capture calls torch.get_device_module() without a device.
+    assert torch.get_device_module() is torch.cpu and hasattr(torch.get_device_module, "__wrapped__")
+
+
+def test_install_restores_everything():
+    before = (torch.cuda.CUDAGraph, torch.cuda.graph, torch.get_device_module, getattr(torch.cpu, "graph", None))
+    with cpu.install(personality="npu"):
+        assert torch.cuda.CUDAGraph is cpu.VirtualGraph and torch.npu.NPUGraph is cpu.VirtualGraph
+    after = (torch.cuda.CUDAGraph, torch.cuda.graph, torch.get_device_module, getattr(torch.cpu, "graph", None))
+    assert before == after and not hasattr(torch, "npu") and not cpu.installed()
+
+
+def test_npu_standin_fails_loudly_on_a_kernel():
+    from harness.devices.npu_standin import AscendKernelCalled
+
+    with cpu.install(personality="npu"):
+        import torch_npu
+
+        with pytest.raises(AscendKernelCalled, match="npu_fused_infer_attention_score"):
+            torch_npu.npu_fused_infer_attention_score(torch.ones(1))
+
+
+def test_get_device_names_the_choices_for_an_unknown_device():
+    with pytest.raises(ValueError, match="cpu, cuda, npu"):
+        get_device("tpu")
+    assert get_device("cpu").available
+    cuda = get_device("cuda")
+    assert cuda.available or "no CUDA GPU" in cuda.skip_reason
+    npu = get_device("npu")
+    assert npu.available or "torch_npu" in npu.skip_reason or "NPU" in npu.skip_reason
+
+
+def test_compiled_function_records_and_reruns(virtual):
+    """Compiled code: rerun mode runs the compiled function at replay; record mode records its eager ops."""
+    x = torch.tensor([1.0, 2.0])
+    compiled = torch.compile(lambda: x * 3 + 1, backend="eager")
+    compiled()  # warm-up compile outside capture, as SGLang's runners do
+    for mode in cpu.MODES:
+        graph, out = capture(functools.partial(compiled), mode)
+        x.copy_(torch.tensor([2.0, 3.0]))
+        graph.replay()
+        assert out.tolist() == [7.0, 10.0], mode
+        x.copy_(torch.tensor([1.0, 2.0]))
