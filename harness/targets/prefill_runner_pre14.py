@@ -1,0 +1,217 @@
+"""Adapter for SGLang's piecewise graph runner as released in 0.5.9 to 0.5.13 (`PiecewiseCudaGraphRunner` in
+`srt/model_executor/piecewise_cuda_graph_runner.py`): the layout before the 0.5.14 runner refactor.
+
+Selected by `harness.targets.prefill_runner.resolve_layout()` (family "piecewise"); the prefill session and suite
+use the same interface as for 0.5.14+ (`PrefillTarget`: `runner.capture_num_tokens`, `forward`, `eager`,
+`can_run_graph`; `state_probes`). Everything that is specific to these releases lives here.
+
+What runs is SGLang's own: the runner's constructor (`install_torch_compiled` on the language model's body with
+`SGLangBackend`, the warm-up compile of every size, then `capture()` inside `graph_capture()` and
+`set_pcg_capture_stream`, the pieces' `CUDAPiecewiseBackend` capturing on the virtual device), and the dispatch
+of every forward (`ModelRunner._forward_raw` -> `forward_extend` -> `PiecewiseCudaGraphRunner.can_run` /
+`replay` -> `replay_prepare`, or SGLang's eager `forward_decode` / `forward_idle` / `forward_split_prefill`).
+Known bug 2 lives in `replay_prepare` of 0.5.9 (both forward-mode fields passed through); 0.5.10 normalises MIXED.
+
+How these releases differ from 0.5.14+, handled here:
+- Config: no `runtime_context` / `CudaGraphConfig`; the runner reads `server_args.piecewise_cuda_graph_tokens`
+  and `piecewise_cuda_graph_compiler`. ServerArgs on a CPU disables PCG (0.5.10+: `is_cpu()`), which only the
+  model runner's `init_piecewise_cuda_graphs` consults; the harness constructs the runner directly, as that
+  method does, and sets the two fields past the parser (recorded as a note).
+- Process state: `srt/compilation/piecewise_context_manager.py` (capture stream, the "in piecewise graph" and
+  "in PCG compile" flags, its own forward context); 0.5.9 also gates the compiled forward with the
+  `compile._COMPILE_ENABLED` context variable (`set_compiled`).
+- The runner has only the torch.compile piecewise path (no breakable/full backends) and checks only the token
+  count (`can_run`), not the mode: every extend-family mode `_forward_raw` routes to `forward_extend` replays the
+  EXTEND capture. The server disables PCG with speculative decoding or dLLM (0.5.10+ `_handle_piecewise_cuda_graph`;
+  a draft worker never builds one), so TARGET_VERIFY, DRAFT_EXTEND(_V2) and DLLM_EXTEND never reach it there:
+  `UNPRODUCED_MODES`. The modes this runner refuses (SGLang's eager path or its own error): `REFUSED_MODES`.
+- `sgl_kernel` is imported unconditionally (memory_pool_host.py): the device layer's import-time stand-in
+  (`harness.devices.sgl_kernel_standin`) when the real package cannot load.
+- The attention split op finds its backend through the batch of the piecewise forward context, or the model
+  runner's backend on SGLang's eager path (these releases set no forward context there).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, bind_sglang_hooks
+
+RUNNER_MODULE = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
+CONTEXT_MODULE = "sglang.srt.compilation.piecewise_context_manager"
+COMPILE_MODULE = "sglang.srt.compilation.compile"
+REQUIRED = (RUNNER_MODULE, CONTEXT_MODULE, COMPILE_MODULE, "sglang.srt.compilation.backend",
+            "sglang.srt.compilation.cuda_piecewise_backend", "sglang.srt.model_executor.model_runner")
+BACKENDS = ("tc_piecewise",)
+REFUSED_MODES = ("DECODE", "IDLE", "SPLIT_PREFILL", "PREBUILT")
+UNPRODUCED_MODES = ("TARGET_VERIFY", "DRAFT_EXTEND", "DRAFT_EXTEND_V2", "DLLM_EXTEND")
+TC_PIECEWISE_NOTE = ("SGLang <= 0.5.13: the harness constructs PiecewiseCudaGraphRunner directly (as "
+                     "ModelRunner.init_piecewise_cuda_graphs does) with server_args.piecewise_cuda_graph_tokens / "
+                     "piecewise_cuda_graph_compiler set past the parser (ServerArgs disables PCG on a CPU)")
+
+
+def prepare_imports() -> str | None:
+    """Before any SGLang graph-runner import: the sgl_kernel stand-in where the real package cannot load."""
+    from harness.devices import sgl_kernel_standin
+
+    return sgl_kernel_standin.ensure()
+
+
+def make_server_args(case) -> Any:
+    from sglang.srt.server_args import ServerArgs
+
+    server_args = ServerArgs(model_path="dummy", device="cpu", max_running_requests=case.max_requests,
+                             chunked_prefill_size=max(case.capture_tokens), disable_radix_cache=True)
+    server_args.piecewise_cuda_graph_tokens = list(case.capture_tokens)
+    server_args.piecewise_cuda_graph_compiler = case.compiler
+    if hasattr(server_args, "enable_piecewise_cuda_graph"):  # 0.5.9
+        server_args.enable_piecewise_cuda_graph = True
+    if hasattr(server_args, "disable_piecewise_cuda_graph"):  # 0.5.10+
+        server_args.disable_piecewise_cuda_graph = False
+    try:  # what the scheduler publishes process-wide in these releases
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        set_global_server_args_for_scheduler(server_args)
+    except ImportError:
+        pass
+    return server_args
+
+
+def make_model_runner(model, attn_backend, kv, server_args, case):
+    """A `ModelRunner` (SGLang's class: its `_forward_raw`, `forward_extend`, `forward_decode` ... are the real
+    ones) with its constructor skipped: the attributes the <= 0.5.13 piecewise runner and dispatch read."""
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner = ModelRunner.__new__(ModelRunner)
+    hf_config = SimpleNamespace(architectures=["HarnessPrefillModel"], model_type="harness_prefill")
+    model_config = SimpleNamespace(
+        is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32, hf_config=hf_config,
+        hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1], is_multimodal=False,
+        num_hidden_layers=NUM_LAYERS)
+    attributes = dict(
+        device="cpu", gpu_id=0, model=model, model_config=model_config, server_args=server_args,
+        dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend=attn_backend,
+        req_to_token_pool=attn_backend.req_to_token_pool, token_to_kv_pool=None, token_to_kv_pool_allocator=None,
+        lora_manager=None, spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, is_generation=True,
+        support_pp=False, is_multimodal=False, is_hybrid_swa=False, is_hybrid=False,
+        pp_group=SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0),
+        pp_size=1, tp_size=1, tp_rank=0, dp_size=1, dp_rank=None, moe_ep_rank=0, moe_ep_size=1,
+        attention_layers=[None] * NUM_LAYERS, moe_layers=[None] * NUM_LAYERS, moe_fusions=[None] * NUM_LAYERS,
+        max_running_requests=case.max_requests, max_total_num_tokens=kv.num_slots,
+        graph_runner=None, piecewise_cuda_graph_runner=None, eplb_manager=None, forward_pass_id=0,
+        hisparse_coordinator=None,  # read by _forward_raw from 0.5.10
+        tp_group=parallel_state.get_tp_group(),
+    )
+    for name, value in attributes.items():
+        object.__setattr__(runner, name, value)
+    return runner
+
+
+def _attention_backend_of_forward(fallback):
+    """The attention backend of the running forward: the piecewise forward context's batch (capture, replay),
+    else the model runner's (SGLang's eager path sets no context in these releases)."""
+    context = importlib.import_module(CONTEXT_MODULE)
+
+    def attn_backend():
+        forward_context = context.get_forward_context()
+        batch = getattr(forward_context, "forward_batch", None)
+        backend = getattr(batch, "attn_backend", None)
+        return backend if backend is not None else fallback
+
+    return attn_backend
+
+
+def _never() -> bool:
+    return False
+
+
+def _no_breakable():
+    return None
+
+
+class PrefillTarget:
+    """Builds the doubles and constructs the real <= 0.5.13 runner (which compiles and captures).
+
+    Use inside the virtual device (`harness.devices.cpu.install()`), which must stay installed while replaying.
+    """
+
+    def __init__(self, case, layout):
+        from harness.targets import prefill_runner as common
+
+        if case.backend not in BACKENDS:
+            raise ValueError(f"backend {case.backend!r}: SGLang <= 0.5.13 has only the piecewise runner "
+                             f"(tc_piecewise); see harness.targets.prefill_runner_pre14")
+        prepare_imports()
+        self.layout = layout
+        self.case = case
+        self.server_args = make_server_args(case)
+        common.ensure_tp_group()
+        self.kv = common.KvCache(case.max_requests, case.max_context)
+        self.attn_backend = common.make_attention_backend_class()(self.kv)
+        bind_sglang_hooks(attn_backend=_attention_backend_of_forward(self.attn_backend), in_breakable=_never,
+                          eager_on_graph=_no_breakable)
+        self.model = PrefillForCausalLM()
+        self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
+        runner_class = getattr(importlib.import_module(RUNNER_MODULE), "PiecewiseCudaGraphRunner")
+        self.runner = runner_class(self.model_runner)
+        self.model_runner.piecewise_cuda_graph_runner = self.runner
+
+    def _forward_batch(self, batch):
+        from harness.targets.prefill_runner import build_forward_batch
+
+        forward_batch = build_forward_batch(batch, self.kv)
+        # what ScheduleBatch -> ForwardBatch.init_new binds in these releases
+        forward_batch.req_to_token_pool = self.model_runner.req_to_token_pool
+        forward_batch.attn_backend = self.attn_backend
+        return forward_batch
+
+    def forward(self, batch):
+        """SGLang's own dispatch (`ModelRunner._forward_raw`: the piecewise replay when `can_run`, else SGLang's
+        eager path). Returns (logits tensor, whether the graph path ran, the ForwardBatch)."""
+        forward_batch = self._forward_batch(batch)
+        out = type(self.model_runner)._forward_raw(self.model_runner, forward_batch, False, None)
+        return out.logits_output.next_token_logits, bool(out.can_run_graph), forward_batch
+
+    def eager(self, batch) -> torch.Tensor:
+        """The model's own forward on the real batch, no graph and no compile: the eager reference."""
+        forward_batch = self._forward_batch(batch)
+        self.attn_backend.init_forward_metadata(forward_batch)
+        with _compiled_forward_off():
+            return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch).next_token_logits
+
+    def can_run_graph(self, batch) -> bool:
+        return bool(self.runner.can_run(self._forward_batch(batch)))
+
+
+@contextlib.contextmanager
+def _compiled_forward_off():
+    """The eager reference runs the original forward: outside every gate of the compiled trampoline."""
+    compile_module = importlib.import_module(COMPILE_MODULE)
+    set_compiled = getattr(compile_module, "set_compiled", None)  # 0.5.9
+    with (set_compiled(False) if set_compiled is not None else contextlib.nullcontext()):
+        yield
+
+
+def state_probes() -> dict:
+    """name -> (callable reading SGLang's process state, the value it must have between forwards)."""
+    context = importlib.import_module(CONTEXT_MODULE)
+    compile_module = importlib.import_module(COMPILE_MODULE)
+    from harness.devices import cpu
+
+    probes = {
+        "piecewise_context.pcg_capture_stream": (context.get_pcg_capture_stream, None),
+        "piecewise_context.in_piecewise_cuda_graph": (context.is_in_piecewise_cuda_graph, False),
+        "piecewise_context.in_pcg_torch_compile": (context.is_in_pcg_torch_compile, False),
+        "piecewise_context.forward_context": (context.get_forward_context, None),
+        "device.stream_capturing": (cpu.is_current_stream_capturing, False),
+    }
+    enabled = getattr(compile_module, "_COMPILE_ENABLED", None)  # 0.5.9: set_compiled's context variable
+    if enabled is not None:
+        probes["compile.compile_enabled"] = (enabled.get, False)
+    return probes
