@@ -5,18 +5,15 @@ Prints:
   in record mode (eager model) and rerun mode (torch.compile, eager backend), and with the NPU personality;
 - the capture (constructor) time of each;
 - for each mutant of tests/test_decode_mutants.py: seconds from the start of the suite's pytest process until the
-  first failing example was recorded (the JSONL record's timestamp), and until the process exited (after
-  Hypothesis shrank the failure).
+  first failing example was recorded (the JSONL record's timestamp), and the process's wall time.
 
 Usage: python bench/bench_decode.py [--replays N] [--skip-mutants] [--only-mutants]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,27 +43,11 @@ def bench_replays(replays: int) -> None:
 
 
 def bench_mutants() -> None:
-    from harness.mutants import run_pytest, scratch_sglang
+    from bench.common import print_table, run_suite
     from tests.test_decode_mutants import MUTANTS
 
-    for name, (edits, test, extra, oracle, _) in sorted(MUTANTS.items()):
-        report = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
-        root = scratch_sglang(edits)
-        started = time.time()
-        code, _ = run_pytest([test, "-x", "-q", "--report-dir", str(report), *extra], sglang_root=root,
-                             mutant=name, timeout=900)
-        ended = time.time()
-        first = None
-        examples = report / "examples.jsonl"
-        if examples.exists():
-            for line in examples.read_text().splitlines():
-                record = json.loads(line)
-                if record.get("verdict") in ("fail", "error"):
-                    first = record
-                    break
-        detected = f"{first['ts'] - started:6.1f} s ({first['oracle']})" if first else "not detected"
-        print(f"mutant {name:40s} exit {code}  first detection after {detected}; "
-              f"process done after {ended - started:6.1f} s", flush=True)
+    print_table([run_suite(test, edits, name, extra=tuple(extra))
+                 for name, (edits, test, extra, _, _) in sorted(MUTANTS.items())])
 
 
 def main() -> int:

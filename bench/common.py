@@ -12,18 +12,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.mutants import Edit, run_pytest, scratch_sglang  # noqa: E402
 
 
-def run_suite(suite: str, edits: list[Edit] | None = None, name: str = "clean", extra: tuple = ()) -> dict:
+def run_suite(suite: str, edits: list[Edit] | None = None, name: str = "clean", extra: tuple = (),
+              timeout: float = 900) -> dict:
     """Run `suite` once; report wall time, examples/s and, for a failure, seconds until its first record."""
     root = scratch_sglang(edits) if edits else None
     report_dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     started = time.time()
     code, output = run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *extra], sglang_root=root,
-                              mutant=name)
+                              mutant=name if edits else "", timeout=timeout)
     wall = time.time() - started
-    rows = []
-    if (report_dir / "examples.jsonl").exists():
-        rows = [json.loads(line) for line in (report_dir / "examples.jsonl").read_text().splitlines()]
-    failing = [row for row in rows if row["verdict"] in ("fail", "error")]
+    rows = [json.loads(line) for path in sorted(report_dir.glob("examples*.jsonl"))
+            for line in path.read_text().splitlines()]
+    rows.sort(key=lambda row: row["ts"])
+    # Findings kept as strict expected failures are not detections.
+    failing = [row for row in rows if row["verdict"] in ("fail", "error") and not row["suite"].endswith("_findings")]
     return {"name": name, "exit": code, "wall_s": round(wall, 1), "examples": len(rows),
             "examples_per_s": round(len(rows) / wall, 2) if wall else 0.0,
             "first_failure_s": round(failing[0]["ts"] - started, 1) if failing else None,

@@ -5,9 +5,10 @@ Installed by `harness.devices.cpu.install(personality="npu")`, restored on exit:
   `update(cpu_update_input=...)` recorded), streams/events/synchronize are `torch.cpu`'s, `is_available()` is True.
 - `torch_npu`, `torch_npu.profiler`, `torch_npu._C`: modules whose every other attribute is a callable that raises
   `AscendKernelCalled` naming it -- an Ascend kernel really called on the virtual device fails loudly.
-- `torchair` (what `sglang.srt.utils.get_compiler_backend` imports for NPU): `get_npu_backend(compiler_config=...)`
-  returns a Dynamo backend that runs the captured FX graph eagerly (what npugraph_ex's `run_eagerly` debug setting
-  does) and counts its compiles in `NPU_BACKEND_COMPILES`, so a suite can see which backend compiled a forward.
+- `torchair` (what `sglang.srt.utils.get_compiler_backend` imports for NPU): the stand-in of
+  `harness.personalities.ascend`, whose backends run the captured FX graph eagerly (npugraph_ex's `run_eagerly`).
+- `npugraph_ex_backend`: the platform's compile backend on this personality; counts its compiles in
+  `NPU_BACKEND_COMPILES`, so a suite can see which backend compiled a forward.
 - SGLang's platform object (`sglang.srt.platforms.current_platform`), only its hooks: `is_out_of_tree()` True,
   `get_full_graph_backend_cls()` SGLang's own `NPUCudaGraphBackend` (the decode backend SGLang picks on an NPU device;
   `resolve_decode_backend` picks it by `model_runner.device == "npu"`, which a CPU tensor device cannot be, so the
@@ -64,38 +65,6 @@ def npugraph_ex_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     return gm.forward
 
 
-def _torchair_modules() -> dict[str, types.ModuleType]:
-    torchair = types.ModuleType("torchair", "torchair stand-in (harness.devices.npu_standin)")
-
-    class _Debug:
-        run_eagerly = False
-
-    class CompilerConfig:
-        def __init__(self) -> None:
-            self.mode = "max-autotune"
-            self.debug = _Debug()
-
-    def get_npu_backend(compiler_config=None):
-        return npugraph_ex_backend
-
-    torchair.get_npu_backend = get_npu_backend
-    configs = types.ModuleType("torchair.configs")
-    compiler_config = types.ModuleType("torchair.configs.compiler_config")
-    compiler_config.CompilerConfig = CompilerConfig
-    configs.compiler_config = compiler_config
-    torchair.configs = configs
-    names = {"torchair": torchair, "torchair.configs": configs, "torchair.configs.compiler_config": compiler_config}
-    chain = "torchair.ge_concrete_graph.ge_converter.experimental.patch_for_hcom_allreduce".split(".")
-    parent = torchair
-    for i in range(1, len(chain)):
-        name = ".".join(chain[: i + 1])
-        child = types.ModuleType(name)
-        setattr(parent, chain[i], child)
-        names[name] = child
-        parent = child
-    return names
-
-
 def install_into(patches) -> None:
     """Install the stand-ins through `patches` (the cpu device's undo log).
 
@@ -118,7 +87,9 @@ def install_into(patches) -> None:
 
     torch_npu._C._weak_ref_tensor = cpu.weak_ref_tensor
     patches.setmodule("torch_npu", torch_npu)
-    for name, module in _torchair_modules().items():
+    from harness.personalities.ascend import torchair_modules
+
+    for name, module in torchair_modules().items():
         patches.setmodule(name, module)
 
     from sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend import NPUCudaGraphBackend

@@ -70,22 +70,30 @@ def _module(name: str, **attrs) -> types.ModuleType:
     return module
 
 
+def torchair_modules() -> dict[str, types.ModuleType]:
+    """`torchair` and the submodules SGLang imports, by dotted name, for `sys.modules`."""
+    names = {
+        "torchair": _module("torchair", get_npu_backend=lambda compiler_config=None: NpuBackendStandIn(
+            compiler_config or CompilerConfig())),
+        "torchair.configs.compiler_config": _module("torchair.configs.compiler_config",
+                                                    CompilerConfig=CompilerConfig),
+    }
+    chain = ["torchair.configs", "torchair.ge_concrete_graph", "torchair.ge_concrete_graph.ge_converter",
+             "torchair.ge_concrete_graph.ge_converter.experimental",
+             "torchair.ge_concrete_graph.ge_converter.experimental.patch_for_hcom_allreduce"]
+    for name in chain:
+        names.setdefault(name, _module(name))
+    for name, module in names.items():  # parents expose their children as attributes, as real packages do
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(names[parent], child, module)
+    return names
+
+
 @contextlib.contextmanager
 def ascend_standins():
     """Install `torch.npu` and `torchair` stand-ins for the duration of the block, then restore."""
-    torchair = _module("torchair", get_npu_backend=lambda compiler_config=None: NpuBackendStandIn(
-        compiler_config or CompilerConfig()))
-    modules = {
-        "torchair": torchair,
-        "torchair.configs": _module("torchair.configs"),
-        "torchair.configs.compiler_config": _module("torchair.configs.compiler_config", CompilerConfig=CompilerConfig),
-        "torchair.ge_concrete_graph": _module("torchair.ge_concrete_graph"),
-        "torchair.ge_concrete_graph.ge_converter": _module("torchair.ge_concrete_graph.ge_converter"),
-        "torchair.ge_concrete_graph.ge_converter.experimental": _module(
-            "torchair.ge_concrete_graph.ge_converter.experimental"),
-        "torchair.ge_concrete_graph.ge_converter.experimental.patch_for_hcom_allreduce": _module(
-            "torchair.ge_concrete_graph.ge_converter.experimental.patch_for_hcom_allreduce"),
-    }
+    modules = torchair_modules()
     saved_modules = {name: sys.modules.get(name) for name in modules}
     had_npu, saved_npu = hasattr(torch, "npu"), getattr(torch, "npu", None)
     sys.modules.update(modules)
