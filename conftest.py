@@ -36,7 +36,10 @@ def pytest_addoption(parser):
                     help="Hypothesis example database: a directory shareable between CI workers, or "
                          "redis://HOST:PORT/DB shared between machines (default REPORT_DIR/hypothesis-db)")
     group.addoption("--sglang-coverage", action="store_true",
-                    help="measure which statements of SGLang's targeted code the run executed (not under xdist)")
+                    help="measure which statements of SGLang's targeted code the run executed (xdist workers too)")
+    group.addoption("--example-timeout", type=float, default=600.0,
+                    help="seconds one example may run before it is recorded as a hang and its process ended "
+                         "(under -n, xdist replaces the worker and the run goes on; 0: no limit; default 600)")
     group.addoption("--replay-blob", default=None,
                     help="replay exactly one example: the b'...' text of a failure's @reproduce_failure")
 
@@ -100,25 +103,31 @@ def pytest_configure(config):
 
     context = {"record_format": RECORD_FORMAT, "run_id": run_id, "device": config.getoption("--device"),
                "personality": config.getoption("--personality"), "profile": profile, "seed": seed, **found}
-    record.configure(report_dir, context)
+    record.configure(report_dir, context, config.getoption("--example-timeout"))
     config._harness = {"report_dir": report_dir, "context": context, "started": time.time(), "coverage": None}
-    if config.getoption("--sglang-coverage") and not _under_xdist(config):
+    if config.getoption("--sglang-coverage"):
         from harness.sglang_coverage import SGLangCoverage
 
-        config._harness["coverage"] = SGLangCoverage(found["sglang_path"])
+        config._harness["coverage"] = SGLangCoverage(found["sglang_path"], report_dir)
+        if not _is_xdist_controller(config):  # the processes that drive SGLang measure it
+            config._harness["coverage"].start()
     if not getattr(config.option, "xmlpath", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
         config.option.xmlpath = str(report_dir / "junit.xml")
 
 
-def _under_xdist(config) -> bool:
-    return bool(os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "numprocesses", None))
+def _is_xdist_controller(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not os.environ.get("PYTEST_XDIST_WORKER")
 
 
 def pytest_sessionfinish(session):
+    """Every measuring process saves its coverage data; the controlling one (after its workers) combines it."""
     harness = getattr(session.config, "_harness", None)
     if not harness or harness["coverage"] is None:
         return
-    harness["coverage"].stop()
+    if not _is_xdist_controller(session.config):
+        harness["coverage"].stop()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     for row in harness["coverage"].results():
         record.write_to(harness["report_dir"] / "coverage.jsonl", {**row, "run_id": harness["context"]["run_id"]})
 
@@ -190,6 +199,37 @@ def pytest_runtest_makereport(item, call):
     report.sections.append(("harness: replay this failure", failure["replay"]))
     with open(config._harness["report_dir"] / "failures.jsonl", "a", encoding="utf-8") as stream:
         stream.write(json.dumps(failure, default=repr) + "\n")
+
+
+def pytest_runtest_logreport(report):
+    """On the xdist controller: a worker that died (segfault, abort, the hang watchdog) left its example in
+    flight; record it as a failure with its drawn values, so nothing is lost, while xdist goes on."""
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    if worker is None or report.when != "???" or "crashed while running" not in str(report.longrepr):
+        return
+    config = report.node.config
+    report_dir = config._harness["report_dir"]
+    inflight = record.inflight_path(report_dir, worker.id)
+    example = json.loads(inflight.read_text()) if inflight.exists() else {}
+    hang = record.hang_path(report_dir, worker.id)
+    hung = hang.exists() and hang.stat().st_size > 0
+    stacks = hang.read_text()[-6000:] if hung else ""
+    oracle = "hang" if hung else "crash"
+    diagnosis = (f"the example ran past --example-timeout={config.getoption('--example-timeout'):g} s; every "
+                 "thread's stack is in details" if hung else
+                 f"the worker process died while running this example ({report.longrepr})")
+    drawn = example.get("drawn")
+    row = {**example, "test": report.nodeid, "verdict": "error", "oracle": oracle, "diagnosis": diagnosis,
+           "details": {"stacks": stacks}, "seconds": time.time() - example.get("started", time.time()),
+           **config._harness["context"]}
+    row.pop("started", None)
+    record.write_to(report_dir / "examples.jsonl", row)
+    failure = {"test": report.nodeid, "replay": replay_command(config, report.nodeid, None), "oracle": oracle,
+               "diagnosis": diagnosis, "drawn": drawn, "details": {"stacks": stacks}, **config._harness["context"]}
+    record.write_to(report_dir / "failures.jsonl", failure)
+    report.sections.append(("harness: the example in flight", json.dumps(drawn)))
+    inflight.unlink(missing_ok=True)
+    hang.unlink(missing_ok=True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

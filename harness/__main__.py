@@ -39,13 +39,19 @@ def _pytest(args: list[str]) -> int:
     return 0 if code == 5 and "--profile=repro" in args else code
 
 
+def isolated(extra: list[str]) -> list[str]:
+    """Run examples in an xdist worker (one, unless the caller chose -n): a target that segfaults, aborts or hangs
+    takes down only its worker, which xdist replaces; the plugin records the example it was running."""
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra):
+        return extra
+    return ["-n", "1", "--max-worker-restart", "100", *extra]
+
+
 def campaign(options, extra: list[str]) -> int:
     report_dir = Path(options.report_dir or f"reports/campaign-{time.strftime('%Y%m%d-%H%M%S')}")
     args = ["suites", f"--device={options.device}", f"--profile={options.profile}",
-            f"--report-dir={report_dir}", "-q", "-rfEs"]
-    if not any(a.startswith("-n") for a in extra):
-        args.append("--sglang-coverage")
-    code = _pytest(args + extra)
+            f"--report-dir={report_dir}", "-q", "-rfEs", "--sglang-coverage"]
+    code = _pytest(args + isolated(extra))
     print(f"\n[harness] campaign {'passed' if code == 0 else 'FAILED'}; reports in {REPO_ROOT / report_dir}: "
           "summary.md, examples.jsonl, failures.jsonl, junit.xml")
     return code
@@ -78,7 +84,7 @@ def gate(options, extra: list[str]) -> int:
     import subprocess
 
     command = [sys.executable, "-m", "pytest", "suites", "--profile=gate", f"--device={options.device}",
-               f"--report-dir={report_dir}", f"--junitxml={report_dir / 'junit.xml'}", "-q", "-rfEs", *extra]
+               f"--report-dir={report_dir}", f"--junitxml={report_dir / 'junit.xml'}", "-q", "-rfEs", *isolated(extra)]
     print(f"[harness] gate on {root / 'sglang'}: {' '.join(command[2:])}")
     code = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
     print(f"[harness] gate {'passed' if code == 0 else 'FAILED'} for {options.tree}; JUnit XML: "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import faulthandler
 import json
 import os
 import time
@@ -18,18 +19,57 @@ from typing import Any
 
 from harness.oracles import OracleFailure
 
-_sink: dict[str, Any] = {"path": None, "context": {}}
+_sink: dict[str, Any] = {"path": None, "context": {}, "dir": None, "timeout": 0.0}
 
 
-def configure(report_dir: Path | None, context: dict) -> Path | None:
-    """Point the writer at `report_dir` (None: records are kept in memory only) with run-wide `context`."""
+def configure(report_dir: Path | None, context: dict, example_timeout: float = 0.0) -> Path | None:
+    """Point the writer at `report_dir` (None: records are kept in memory only) with run-wide `context`;
+    `example_timeout` seconds (0: none) after which a hung example ends its process (see `example`)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     path = None
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
         path = report_dir / (f"examples.{worker}.jsonl" if worker else "examples.jsonl")
-    _sink.update(path=path, context=dict(context))
+    _sink.update(path=path, context=dict(context), dir=report_dir, timeout=example_timeout)
     return path
+
+
+def process_name() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER") or "main"
+
+
+def inflight_path(report_dir: Path, process: str) -> Path:
+    """The example a process is running, kept while it runs: what is left after a crash or a hang."""
+    return Path(report_dir) / f"inflight.{process}.json"
+
+
+def hang_path(report_dir: Path, process: str) -> Path:
+    return Path(report_dir) / f"hang.{process}.txt"
+
+
+@contextlib.contextmanager
+def _guarded(record: dict):
+    """Mark the example in flight and arm the watchdog: a hang past the limit dumps every thread's stack to
+    hang.PROCESS.txt and ends the process, which xdist reports and replaces (the campaign goes on)."""
+    report_dir = _sink["dir"]
+    if report_dir is None:
+        yield
+        return
+    process = process_name()
+    inflight = inflight_path(report_dir, process)
+    inflight.write_text(json.dumps({**record, "started": time.time(), **_sink["context"]}, default=repr))
+    hang_file = None
+    if _sink["timeout"] > 0:
+        hang_file = open(hang_path(report_dir, process), "w")
+        faulthandler.dump_traceback_later(_sink["timeout"], exit=True, file=hang_file)
+    try:
+        yield
+    finally:
+        if hang_file is not None:
+            faulthandler.cancel_dump_traceback_later()
+            hang_file.close()
+            hang_path(report_dir, process).unlink(missing_ok=True)
+        inflight.unlink(missing_ok=True)
 
 
 def jsonable(value: Any) -> Any:
@@ -97,7 +137,8 @@ def example(suite: str, **drawn):
     record = {"suite": suite, "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
               "drawn": jsonable(drawn)}
     try:
-        yield ex
+        with _guarded(record):
+            yield ex
     except OracleFailure as failure:
         record.update(verdict="fail", oracle=failure.oracle, diagnosis=failure.diagnosis,
                       details=jsonable(failure.details))

@@ -43,23 +43,34 @@ def _function_lines(path: Path, name: str) -> set[int] | None:
 
 
 class SGLangCoverage:
-    """Start before SGLang is driven, `stop()` after; `results()` gives a record per suite."""
+    """Measure in every process that drives SGLang (each xdist worker too), each writing its own data file under
+    the report directory; the controlling process combines them into one record per suite."""
 
-    def __init__(self, sglang_dir: str):
+    def __init__(self, sglang_dir: str, report_dir: Path):
         import coverage
 
         self.root = Path(sglang_dir)
+        self.data_file = Path(report_dir) / ".sglang-coverage"
         files = {t.split("::")[0] for targets in TARGETS.values() for t in targets}
-        self.cov = coverage.Coverage(data_file=None, include=[str(self.root / f) for f in files],
+        self.include = [str(self.root / f) for f in files]
+        self.cov = coverage.Coverage(data_file=str(self.data_file), data_suffix=True, include=self.include,
                                      config_file=False)
+
+    def start(self) -> None:
         self.cov.start()
 
     def stop(self) -> None:
         self.cov.stop()
+        self.cov.save()
 
     def results(self) -> list[dict]:
+        """Combine every process's data (and remove it) into one record per suite."""
+        import coverage
+
+        combined = coverage.Coverage(data_file=str(self.data_file), include=self.include, config_file=False)
+        combined.combine(data_paths=[str(self.data_file.parent)], keep=False)
+        data = combined.get_data()
         records = []
-        data = self.cov.get_data()
         for suite, targets in TARGETS.items():
             per_file, statements_total, covered_total = {}, 0, 0
             for target in targets:
@@ -67,13 +78,12 @@ class SGLangCoverage:
                 path = self.root / relative
                 if not path.exists():
                     continue
-                _, statements, _, missing, _ = self.cov.analysis2(os.fspath(path))
+                _, statements, _, _, _ = combined.analysis2(os.fspath(path))
                 if function:
                     lines = _function_lines(path, function)
                     if lines is None:
                         continue
                     statements = [s for s in statements if s in lines]
-                    missing = [m for m in missing if m in lines]
                 executed = set(data.lines(os.fspath(path.resolve())) or data.lines(os.fspath(path)) or [])
                 covered = len([s for s in statements if s in executed])
                 statements_total += len(statements)

@@ -9,7 +9,7 @@ import html
 import json
 from pathlib import Path
 
-from reports.summary import VERDICTS, load
+from reports.summary import VERDICTS, load, ran_suites_coverage
 
 # The two drawn values each suite's picture is drawn over (x, y); other suites use their first two scalars.
 AXES = {
@@ -96,7 +96,7 @@ def picture(suite: str, rows: list[dict]) -> str:
 def render(report_dir: Path, run_id: str) -> Path | None:
     examples = load(report_dir, "examples", run_id)
     failures = load(report_dir, "failures", run_id)
-    coverage = {row["suite"]: row for row in load(report_dir, "coverage", run_id)}
+    coverage = {row["suite"]: row for row in ran_suites_coverage(load(report_dir, "coverage", run_id), examples)}
     if not examples and not failures:
         return None
     context = (examples or failures)[0]

@@ -23,10 +23,22 @@ def load(report_dir: Path, name: str, run_id: str | None = None) -> list[dict]:
     return rows
 
 
+def ran_suites_coverage(coverage: list[dict], examples: list[dict]) -> list[dict]:
+    """Coverage rows of the suites that ran examples (importing SGLang alone marks module-level lines run);
+    the NPU runner's row only when the NPU personality ran."""
+    ran = {row["suite"] for row in examples}
+    personality = examples[0].get("personality") if examples else None
+
+    def shown(row):
+        base = row["suite"].removesuffix("_npu")
+        return any(s.startswith(base) for s in ran) and (base == row["suite"] or personality == "npu")
+    return [row for row in coverage if shown(row)]
+
+
 def summarise(report_dir: Path, run_id: str) -> str:
     examples = load(report_dir, "examples", run_id)
     failures = load(report_dir, "failures", run_id)
-    coverage = load(report_dir, "coverage", run_id)
+    coverage = ran_suites_coverage(load(report_dir, "coverage", run_id), examples)
     if not examples and not failures:
         return ""
     by_suite: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
