@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble
+from harness.targets import module_exists
 
 # ---------------------------------------------------------------------------------------------------------------
 # Layouts
@@ -61,15 +62,6 @@ LAYOUT_0_5_14 = Layout(
 )
 
 
-def _module_exists(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def resolve_layout() -> Layout:
     """The layout of the installed SGLang; `skip_reason` set for a layout this adapter does not drive."""
     try:
@@ -77,13 +69,13 @@ def resolve_layout() -> Layout:
     except ImportError as e:  # pragma: no cover - the environment always has it
         return dataclasses.replace(LAYOUT_0_5_14, name="none", skip_reason=f"sglang is not importable: {e}")
     version = getattr(sglang, "__version__", "?")
-    if _module_exists(LAYOUT_0_5_14.runner_module):
-        if not _module_exists("sglang.srt.runtime_context"):
+    if module_exists(LAYOUT_0_5_14.runner_module):
+        if not module_exists("sglang.srt.runtime_context"):
             return dataclasses.replace(LAYOUT_0_5_14, skip_reason=(
                 f"sglang {version} has the 0.5.14+ runner layout but no sglang.srt.runtime_context; "
                 "this adapter publishes config through runtime_context"))
         return LAYOUT_0_5_14
-    if _module_exists("sglang.srt.model_executor.cuda_graph_runner"):
+    if module_exists("sglang.srt.model_executor.cuda_graph_runner"):
         return dataclasses.replace(LAYOUT_0_5_14, name="up to 0.5.13 (srt/model_executor/cuda_graph_runner.py)",
                                    skip_reason=(f"sglang {version} uses the pre-0.5.14 layout "
                                                 "(srt/model_executor/cuda_graph_runner.py); the decode adapter "

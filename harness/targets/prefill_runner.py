@@ -30,6 +30,8 @@ from typing import Any, Optional, Sequence
 import torch
 
 from harness.errors import PathMissing
+from harness.targets import module_exists
+from harness.versions import sglang_version
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -80,44 +82,26 @@ REQUIRED = ("runner_module", "tc_backend_module", "compile_module", "sglang_back
             "eager_runner_module")
 
 
-def _module_exists(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def sglang_version() -> str:
-    try:
-        from harness.versions import sglang_version as version
-
-        return version()
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
 def resolve_layout() -> Layout:
     """The layout of the installed SGLang; `skip_reason` names the version and what is missing otherwise."""
     version = sglang_version()
-    if _module_exists("sglang.srt.model_executor.piecewise_cuda_graph_runner") and not _module_exists(
+    if module_exists("sglang.srt.model_executor.piecewise_cuda_graph_runner") and not module_exists(
             LAYOUT_0_5_14.runner_module):
         from harness.targets import prefill_runner_pre14 as pre14
 
         layout = _layout_pre14()
-        missing = [name for name in pre14.REQUIRED if not _module_exists(name)]
+        missing = [name for name in pre14.REQUIRED if not module_exists(name)]
         if missing:
             return dataclasses.replace(layout, skip_reason=(
                 f"sglang {version} has the pre-0.5.14 layout but misses module(s) {', '.join(missing)}"))
         pre14.prepare_imports()  # before anything imports SGLang's graph runners
         return layout
     missing = [getattr(LAYOUT_0_5_14, field) for field in REQUIRED
-               if not _module_exists(getattr(LAYOUT_0_5_14, field))]
+               if not module_exists(getattr(LAYOUT_0_5_14, field))]
     if missing:
         return dataclasses.replace(LAYOUT_0_5_14, name="unknown", skip_reason=(
             f"sglang {version}: the prefill graph path is incomplete, missing module(s) {', '.join(missing)}"))
-    if not _module_exists("sglang.srt.runtime_context"):
+    if not module_exists("sglang.srt.runtime_context"):
         return dataclasses.replace(LAYOUT_0_5_14, skip_reason=(
             f"sglang {version} has the 0.5.14+ runner layout but no sglang.srt.runtime_context to publish "
             "config through"))
@@ -364,7 +348,7 @@ class _GraphSharedOutput:
 
 def make_kv_index_translator(kv: "KvCache"):
     """SGLang's own `KVIndexTranslator` over the harness's `req_to_token` (no unified pool: no translation)."""
-    if not _module_exists("sglang.srt.mem_cache.kv_index_translator"):
+    if not module_exists("sglang.srt.mem_cache.kv_index_translator"):
         return None  # up to 0.5.1x: no translator, the runner reads req_to_token directly
     from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
 
