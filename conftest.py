@@ -47,11 +47,16 @@ def pytest_addoption(parser):
 def _seed(config) -> int:
     """Every run forces a seed, so every failure record can name it: gate 0 (the same examples on every run),
     nightly a fresh one (shared with xdist workers through the environment)."""
+    from hypothesis import core
+
     seed = config.getoption("hypothesis_seed", None)
     if seed is None:
         fresh = random.SystemRandom().randrange(2**32) if config.getoption("--profile") == "nightly" else 0
         seed = int(os.environ.setdefault("HARNESS_SEED", str(fresh)))
         config.option.hypothesis_seed = seed
+    # What Hypothesis's own plugin does with --hypothesis-seed, which it skips unless a Hypothesis option was
+    # typed on the command line: without this, the gate's seed 0 would not be forced at all.
+    core.global_force_seed = int(seed)
     return int(seed)
 
 

@@ -110,3 +110,14 @@ def test_a_failure_found_on_one_machine_replays_on_another_through_redis(redis_u
     assert found == 1 and again == 1, output[-2000:]
     replayed = json.loads((tmp_path / "b" / "failures.jsonl").read_text().splitlines()[0])
     assert replayed["oracle"] == oracle and replayed["profile"] == "repro"
+
+
+def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path):
+    runs = []
+    for name, extra in (("first", ()), ("again-under-xdist", ("-n", "1"))):
+        code, output = run_pytest([SUITE, "--report-dir", str(tmp_path / name), *extra])
+        assert code == 0, output[-2000:]
+        rows = [json.loads(line) for path in sorted((tmp_path / name).glob("examples*.jsonl"))
+                for line in path.read_text().splitlines()]
+        runs.append([(row["drawn"], row["verdict"]) for row in rows])
+    assert len(runs[0]) >= 40 and runs[0] == runs[1]

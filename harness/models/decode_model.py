@@ -68,6 +68,13 @@ class LoRAManagerDouble:
         if self.graph_scales is None or self.graph_scales.shape[0] < rows:
             self.graph_scales = torch.zeros(rows, device=self.device)
 
+    def init_cuda_graph_batch_info(self, max_bs_in_cuda_graph: int, num_tokens_per_req: int = 1,
+                                   num_tokens_per_bs: Optional[int] = None) -> None:
+        """Up to 0.5.1x's name for `init_decode_cuda_graph_batch_info` (0.5.14 passes `num_tokens_per_bs`,
+        0.5.19 `num_tokens_per_req`)."""
+        self.init_decode_cuda_graph_batch_info(
+            max_bs_in_cuda_graph, num_tokens_per_bs if num_tokens_per_bs is not None else num_tokens_per_req)
+
     def prepare_lora_batch(self, forward_batch, *, static: bool = True) -> None:
         self.prepared += 1
         ids = list(forward_batch.lora_ids or [])

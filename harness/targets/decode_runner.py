@@ -70,10 +70,11 @@ def resolve_layout() -> Layout:
         return dataclasses.replace(LAYOUT_0_5_14, name="none", skip_reason=f"sglang is not importable: {e}")
     version = getattr(sglang, "__version__", "?")
     if module_exists(LAYOUT_0_5_14.runner_module):
-        if not module_exists("sglang.srt.runtime_context"):
+        if not (module_exists("sglang.srt.model_executor.cuda_graph_config")
+                and (_publishes_through_runtime_context() or _has_scheduler_global_server_args())):
             return dataclasses.replace(LAYOUT_0_5_14, skip_reason=(
-                f"sglang {version} has the 0.5.14+ runner layout but no sglang.srt.runtime_context; "
-                "this adapter publishes config through runtime_context"))
+                f"sglang {version} has the 0.5.14+ runner layout but neither runtime_context.publish nor "
+                "server_args.set_global_server_args_for_scheduler to publish config through"))
         return LAYOUT_0_5_14
     if module_exists("sglang.srt.model_executor.cuda_graph_runner"):
         return dataclasses.replace(LAYOUT_0_5_14, name="up to 0.5.13 (srt/model_executor/cuda_graph_runner.py)",
@@ -83,6 +84,18 @@ def resolve_layout() -> Layout:
     return dataclasses.replace(LAYOUT_0_5_14, name="unknown", skip_reason=(
         f"sglang {version}: no decode graph runner found at {LAYOUT_0_5_14.runner_module} "
         "nor at sglang.srt.model_executor.cuda_graph_runner"))
+
+
+def _publishes_through_runtime_context() -> bool:
+    """0.5.19+ publish config through `runtime_context.publish`; 0.5.14 (a runtime_context without `publish`) and
+    main trees of May-June 2026 (no runtime_context) read the scheduler's global server args instead."""
+    if not module_exists("sglang.srt.runtime_context"):
+        return False
+    return hasattr(importlib.import_module("sglang.srt.runtime_context"), "publish")
+
+
+def _has_scheduler_global_server_args() -> bool:
+    return hasattr(importlib.import_module("sglang.srt.server_args"), "set_global_server_args_for_scheduler")
 
 
 def load(layout: Layout, module: str, name: str):
@@ -102,10 +115,11 @@ def _free_port() -> int:
 
 
 def publish_config(*, capture_bs: Sequence[int], max_running_requests: int, enable_torch_compile: bool,
-                   torch_compile_max_bs: int, device: str = "cpu") -> Any:
-    """Publish a ServerArgs for this case through `runtime_context.publish` (last publish wins)."""
+                   torch_compile_max_bs: int, device: str = "cpu", lora: bool = False) -> Any:
+    """Publish a ServerArgs for this case (last publish wins): through `runtime_context.publish` where it exists,
+    else as the scheduler's global server args (0.5.14 and main trees without runtime_context), as the prefill
+    adapter does."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # "dummy" must never be looked up on the Hub
-    from sglang.srt import runtime_context
     from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
     from sglang.srt.server_args import ServerArgs
 
@@ -117,7 +131,21 @@ def publish_config(*, capture_bs: Sequence[int], max_running_requests: int, enab
         torch_compile_max_bs=torch_compile_max_bs,
         max_running_requests=max_running_requests,
     )
-    runtime_context.publish(server_args, role="test", ranks=runtime_context.SpawnRanks(world_rank=0, gpu_id=0))
+    if not _publishes_through_runtime_context():
+        # No published config namespaces: the runner reads `model_runner.server_args`, other code the scheduler's
+        # global server args.
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        # Their decode runner decides on LoRA from `server_args.enable_lora` (0.5.2x: a LoRA manager being there);
+        # set past the parser, which would want adapter paths.
+        server_args.enable_lora = bool(lora)
+        set_global_server_args_for_scheduler(server_args)
+        return server_args
+    from sglang.srt import runtime_context
+
+    spawn_ranks = getattr(runtime_context, "SpawnRanks", None)  # 0.5.2x reads ranks from a launcher bundle
+    ranks = {"ranks": spawn_ranks(world_rank=0, gpu_id=0)} if spawn_ranks is not None else {}
+    runtime_context.publish(server_args, role="test", **ranks)
     return server_args
 
 
@@ -215,7 +243,8 @@ class _KvIndexTranslator:
 
 def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_running_requests: int,
                       server_args: Any, lora_manager: Optional[LoRAManagerDouble]) -> SimpleNamespace:
-    """The attributes of SGLang's ModelRunner that the 0.5.23 decode runner (and its NPU subclass) read."""
+    """The attributes of SGLang's ModelRunner that the 0.5.14 to 0.5.23 decode runners (and NPU subclasses) read."""
+    from sglang.srt.distributed import parallel_state
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     hf_config = SimpleNamespace(architectures=["HarnessDecodeModel"], max_source_positions=0)
@@ -235,6 +264,10 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
         req_to_token_pool=SimpleNamespace(size=max_running_requests),
         lora_manager=lora_manager,
         ngram_embedding_manager=SimpleNamespace(enabled=False, table=None),
+        use_ngram_embedding=False,  # up to 0.5.1x (0.5.2x: ngram_embedding_manager)
+        token_table=None,
+        tp_group=parallel_state.get_tp_group(),  # up to 0.5.1x patch_model's tp_group (0.5.2x: get_parallel())
+        war_fastpath_read_done_event=None,  # up to 0.5.1x (0.5.2x: shared_read_done_event)
         spec_algorithm=SpeculativeAlgorithm.NONE,
         is_draft_worker=False,
         decode_num_tokens_per_req=lambda num_draft_tokens=None: 1,
@@ -329,7 +362,7 @@ class DecodeTarget:
         self.server_args = publish_config(
             capture_bs=case.capture_bs, max_running_requests=case.max_running_requests,
             enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
-            device=device)
+            device=device, lora=case.lora)
         ensure_tp_group()
         # One model (and its doubles) per process and LoRA setting: Dynamo caches compiled frames per model
         # instance, so reusing it caches compiled forwards per (batch size, mode) across examples.
@@ -339,10 +372,17 @@ class DecodeTarget:
             server_args=self.server_args, lora_manager=self.lora_manager)
         self.decoration = importlib.import_module(self.layout.decoration_module)
         self.runner_class = self._runner_class()
+        self.dropped_options: list[str] = []
+        if case.record_nolora_graph and not _accepts(self.layout, "record_nolora_graph"):
+            # Up to 0.5.1x the decode runner has no such option (nothing turns its nolora variant on): the case
+            # runs as the release can run it, and the target's case says so, for the oracles.
+            self.case = case = dataclasses.replace(case, record_nolora_graph=False)
+            self.dropped_options.append("record_nolora_graph")
         self.hooks = hooks
         self.patch_model_seen: list = []
         t0 = time.perf_counter()
-        with self._restore_patch_model(), self._compile_backend(), self._watch_patch_model():
+        with self._restore_patch_model(), self._compile_backend(), self._watch_patch_model(), \
+                self._npu_backend_selection():
             kwargs = {}
             if case.record_nolora_graph and personality == "cuda":
                 kwargs["record_nolora_graph"] = True
@@ -368,6 +408,38 @@ class DecodeTarget:
         finally:
             self.patch_model_after_capture = module.patch_model
             module.patch_model = original
+
+    @contextlib.contextmanager
+    def _npu_backend_selection(self):
+        """Up to 0.5.1x (and main trees of May-June 2026) SGLang's `resolve_decode_backend` picks its
+        `NPUCudaGraphBackend` by `model_runner.device == "npu"` alone (0.5.2x asks the platform's
+        `get_full_graph_backend_cls`, which the npu personality answers). A CPU tensor device cannot be "npu", so
+        with the npu personality, while SGLang's own resolver runs (and only then), the model-runner double reports
+        device "npu"; everything else (buffers, streams) keeps the real device."""
+        if self.personality != "npu":
+            yield
+            return
+        import inspect
+
+        runner_module = importlib.import_module(self.layout.runner_module)
+        original = getattr(runner_module, "resolve_decode_backend", None)
+        if original is None or "get_full_graph_backend_cls" in inspect.getsource(original):
+            yield
+            return
+
+        def resolve_decode_backend(cuda_graph_runner):
+            model_runner = cuda_graph_runner.model_runner
+            device, model_runner.device = model_runner.device, "npu"
+            try:
+                return original(cuda_graph_runner)
+            finally:
+                model_runner.device = device
+
+        runner_module.resolve_decode_backend = resolve_decode_backend
+        try:
+            yield
+        finally:
+            runner_module.resolve_decode_backend = original
 
     @contextlib.contextmanager
     def _compile_backend(self):
@@ -431,16 +503,39 @@ class DecodeTarget:
             self.lora_manager.prepare_lora_batch(fb)  # what ForwardBatch.init_new does for a LoRA server
         return fb
 
+    def _can_run_graph(self, fb) -> bool:
+        """The runner's graph-eligibility check: `can_run_graph` (0.5.14 on), `can_run` (main trees without it)."""
+        check = getattr(self.runner, "can_run_graph", None) or self.runner.can_run
+        return bool(check(fb))
+
+    def _execute(self, fb):
+        """Load the batch, replay, slice: `execute` (0.5.14 on), `replay` (main trees without it, same contract)."""
+        execute = getattr(self.runner, "execute", None) or self.runner.replay
+        return execute(fb)
+
     def can_replay(self, batch: DecodeBatch) -> bool:
-        return bool(self.runner.can_run_graph(self.forward_batch(batch)))
+        return self._can_run_graph(self.forward_batch(batch))
 
     def replay(self, batch: DecodeBatch):
         """SGLang's `execute`: load the batch into the static buffers, replay the graph, slice the real rows."""
         fb = self.forward_batch(batch)
-        if not self.runner.can_run_graph(fb):
+        if not self._can_run_graph(fb):
             raise RuntimeError(f"runner refuses to replay batch size {batch.batch_size} "
                                f"(captured {self.capture_bs})")
-        return self.runner.execute(fb)
+        with self._model_runner_forward_context():
+            return self._execute(fb)
+
+    def _model_runner_forward_context(self):
+        """What SGLang's `ModelRunner._forward_raw` wraps `execute` in up to 0.5.1x (whose `forward_context` takes no
+        batch): a forward context with the runner's attention backend, unless one is active. From 0.5.2x the decode
+        runner's `run_once` enters its own and `_forward_raw` does not: nothing to add."""
+        import inspect
+
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context, has_forward_context
+
+        if "forward_batch" in inspect.signature(forward_context).parameters or has_forward_context():
+            return contextlib.nullcontext()
+        return forward_context(ForwardContext(attn_backend=self.model_runner.attn_backend))
 
     def eager(self, batch: DecodeBatch, forward: Optional[Callable] = None):
         """The model's forward (or `forward`, e.g. a compiled one patch_model yielded) on the real rows, no graph,
@@ -451,12 +546,23 @@ class DecodeTarget:
         if self.lora_manager is not None and fb.lora_ids is not None:
             self.lora_manager.prepare_lora_batch(fb, static=False)
         self.eager_attn_backend.init_forward_metadata(fb)
+        import inspect
+
+        takes_batch = "forward_batch" in inspect.signature(forward_context).parameters  # 0.5.2x
         with torch.no_grad(), forward_context(ForwardContext(attn_backend=self.eager_attn_backend),
-                                              forward_batch=fb):
+                                              **({"forward_batch": fb} if takes_batch else {})):
             return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
 
 
 _ORIGINAL_PATCH_MODEL: dict = {}
+
+
+def _accepts(layout: Layout, option: str) -> bool:
+    """Whether the decode runner's constructor takes keyword `option` on this release."""
+    import inspect
+
+    runner_class = load(layout, "runner_module", layout.runner_class)
+    return option in inspect.signature(runner_class.__init__).parameters
 
 
 def _sglang_patch_model(module):
