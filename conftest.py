@@ -198,9 +198,9 @@ def pytest_runtest_makereport(item, call):
         "drawn": failed.get("drawn"), "details": failed.get("details"),
         **config._harness["context"],
     }
-    item.user_properties += [("oracle", failure["oracle"]), ("drawn", json.dumps(failure["drawn"])),
-                             ("replay", failure["replay"]), ("seed", str(failure["seed"])),
-                             ("sglang", failure["sglang"]), ("torch", failure["torch"])]
+    properties = {"oracle": failure["oracle"], "drawn": json.dumps(failure["drawn"]), "replay": failure["replay"],
+                  "seed": failure["seed"], "sglang": failure["sglang"], "torch": failure["torch"]}
+    item.user_properties += [(key, str(value)) for key, value in properties.items()]  # xdist sends them as text
     report.sections.append(("harness: replay this failure", failure["replay"]))
     with open(config._harness["report_dir"] / "failures.jsonl", "a", encoding="utf-8") as stream:
         stream.write(json.dumps(failure, default=repr) + "\n")

@@ -62,7 +62,7 @@ def versions() -> dict:
         "sglang": sglang_version(),
         "sglang_path": require_sglang(),
         "sglang_mutant": os.environ.get("HARNESS_MUTANT", ""),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion: plain str so records cross process boundaries
         "hypothesis": hypothesis.__version__,
         "python": platform.python_version(),
     }

@@ -121,3 +121,14 @@ def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path)
                 for line in path.read_text().splitlines()]
         runs.append([(row["drawn"], row["verdict"]) for row in rows])
     assert len(runs[0]) >= 40 and runs[0] == runs[1]
+
+
+def test_a_failure_under_xdist_is_reported_with_its_properties(tmp_path):
+    """Under xdist the worker ships the failure (and its JUnit properties) to the controller: all plain text."""
+    edits, oracle, _ = MUTANTS["oot_hooks_ignored"]
+    code, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path, extra=("-n", "1"))
+    assert code in (1, 2) and "INTERNALERROR" not in output, output[-3000:]  # 2: xdist stopped on -x
+    failure = json.loads((tmp_path / "failures.jsonl").read_text().splitlines()[0])
+    assert failure["oracle"] == oracle
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'name="oracle" value="hook-contract"' in junit and 'name="replay"' in junit, junit[-2000:]
