@@ -186,15 +186,18 @@ def test_live_backends(backend, data):
 
 
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------
+def run_finding(case: PrefillCase, batch: Batch) -> None:
+    with example("prefill_pcg_findings", capture_tokens=case.capture_tokens, backend=case.backend,
+                 **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "finding: the capture batch carries global_forward_mode=EXTEND but load_batch passes the live value through; "
     "without DP attention/TBO the scheduler leaves it None, so a model that reads the batch-wide mode inside the "
     "compiled region recompiles at every piecewise replay (SGLang's own models read it only under TBO)"))
 def test_findings_global_forward_mode_none_recompiles():
-    batch = Batch((Request(1, (3, 5)),), _mode("EXTEND"), None)
-    with example("prefill_pcg_findings", capture_tokens=GRID, backend="tc_piecewise",
-                 **draw.describe(batch)) as ex:
-        run_example(ex, PrefillSession.get(TC_CASE), batch)
+    run_finding(TC_CASE, Batch((Request(1, (3, 5)),), _mode("EXTEND"), None))
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -203,10 +206,7 @@ def test_findings_global_forward_mode_none_recompiles():
     "replays no graph (the graph-replay oracle fires)"))
 def test_findings_capture_size_one_never_replays():
     case = PrefillCase(backend="tc_piecewise", capture_tokens=(1, 4), compiler="eager")
-    batch = Batch((Request(1, (3,)),), _mode("EXTEND"), _mode("EXTEND"))
-    with example("prefill_pcg_findings", capture_tokens=case.capture_tokens, backend="tc_piecewise",
-                 **draw.describe(batch)) as ex:
-        run_example(ex, PrefillSession.get(case), batch)
+    run_finding(case, Batch((Request(1, (3,)),), _mode("EXTEND"), _mode("EXTEND")))
 
 
 @pytest.mark.parametrize("mode", SPECULATIVE_OR_DLLM)
@@ -215,10 +215,7 @@ def test_findings_capture_size_one_never_replays():
     "is_extend(include_draft_extend_v2=True)) and load_batch passes them through unnormalised, so the EXTEND "
     "piecewise capture recompiles for them; only a draft worker / dLLM scheduler produces them"))
 def test_findings_speculative_modes_recompile(mode):
-    batch = Batch((Request(1, (3, 5)),), _mode(mode), _mode("EXTEND"))
-    with example("prefill_pcg_findings", capture_tokens=GRID, backend="tc_piecewise",
-                 **draw.describe(batch)) as ex:
-        run_example(ex, PrefillSession.get(TC_CASE), batch)
+    run_finding(TC_CASE, Batch((Request(1, (3, 5)),), _mode(mode), _mode("EXTEND")))
 
 
 # -- stateful: capture once, then interleave -----------------------------------------------------------------

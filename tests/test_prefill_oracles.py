@@ -49,6 +49,7 @@ def test_watcher_sees_the_assertion_of_older_releases_and_python_warnings():
             warnings.warn("capture stream is not set")
     with pytest.raises(OracleFailure) as failure:
         watcher.check()
+    assert failure.value.oracle == "capture-stream"
     assert {s.form for s in watcher.sightings} == {"exception", "warning"}
 
 

@@ -25,12 +25,13 @@ import dataclasses
 import importlib
 import inspect
 from types import SimpleNamespace
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 
 from harness.errors import PathMissing
 from harness.targets import module_exists
+from harness.targets.decode_runner import ensure_tp_group  # one gloo TP group per process, shared
 from harness.versions import sglang_version
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
 
@@ -228,12 +229,6 @@ def publish_config(case: PrefillCase) -> Any:
         live.backend = "tc_piecewise"
         live.tc_compiler = case.compiler
     return server_args
-
-
-def ensure_tp_group() -> None:
-    from harness.targets.decode_runner import ensure_tp_group as ensure
-
-    ensure()
 
 
 # ---------------------------------------------------------------------------------------------------------------
