@@ -87,10 +87,12 @@ def _pin_worker_to_its_device(device: str) -> None:
 def pytest_configure(config):
     from harness.compat import prepare_torchvision
     from harness.database import open_database
+    from harness.devices import prepare as prepare_device
     from harness.versions import versions
 
     _pin_worker_to_its_device(config.getoption("--device"))
     prepare_torchvision()  # before anything imports SGLang (transformers imports torchvision)
+    sgl_kernel = prepare_device(config.getoption("--device"))  # likewise
     try:
         found = versions()
     except HarnessError as error:
@@ -107,7 +109,8 @@ def pytest_configure(config):
     from harness.repro import RECORD_FORMAT
 
     context = {"record_format": RECORD_FORMAT, "run_id": run_id, "device": config.getoption("--device"),
-               "personality": config.getoption("--personality"), "profile": profile, "seed": seed, **found}
+               "personality": config.getoption("--personality"), "profile": profile, "seed": seed, **found,
+               "sgl_kernel": sgl_kernel}
     record.configure(report_dir, context, config.getoption("--example-timeout"))
     config._harness = {"report_dir": report_dir, "context": context, "started": time.time(), "coverage": None}
     if config.getoption("--sglang-coverage"):

@@ -49,7 +49,7 @@ def isolated(extra: list[str]) -> list[str]:
 
 def campaign(options, extra: list[str]) -> int:
     report_dir = Path(options.report_dir or f"reports/campaign-{time.strftime('%Y%m%d-%H%M%S')}")
-    args = ["suites", f"--device={options.device}", f"--profile={options.profile}",
+    args = [*options.suites, f"--device={options.device}", f"--profile={options.profile}",
             f"--report-dir={report_dir}", "-q", "-rfEs", "--sglang-coverage"]
     code = _pytest(args + isolated(extra))
     print(f"\n[harness] campaign {'passed' if code == 0 else 'FAILED'}; reports in {REPO_ROOT / report_dir}: "
@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"))
     run.add_argument("--profile", default="gate", choices=("gate", "nightly", "repro"))
     run.add_argument("--report-dir", default=None, help="default reports/campaign-TIMESTAMP")
+    run.add_argument("--suites", nargs="+", default=["suites"], metavar="PATH",
+                     help="suite files or folders to run (default: all of suites/)")
     run.set_defaults(handler=campaign)
     pre_merge = commands.add_parser("gate", help="pre-merge gate: every suite's gate profile on an SGLang source tree")
     pre_merge.add_argument("tree", help="an SGLang checkout (the folder holding python/sglang)")

@@ -43,6 +43,7 @@ def test_no_module_imports_a_rebound_name_by_value():
         findings = assert_no_by_value_imports_of_rebound_names()
         ex.note("rebinding_sites", findings.rebinding_count)
         ex.note("benign", [b.key for b in findings.benign])
+        ex.note("advisories", [a.describe() for a in findings.advisories])
 
 
 def drawn_batches(data, case):
@@ -61,6 +62,7 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
     hooks = HookRecorder()
     mode = capture_mode_for(case)
     device.reset()
+    decode_runner.fresh_dynamo_when_compiler_changes(case, personality)
     with device.capture_mode(mode), RecompileWatcher("decode forward") as watcher:
         target = decode_runner.DecodeTarget(case, personality=personality, device=device.torch_device,
                                             hooks=hooks, layout=layout)

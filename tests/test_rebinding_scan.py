@@ -42,3 +42,34 @@ def test_scan_finds_by_value_imports_of_rebound_names(tmp_path, monkeypatch):
     assert "platform.py:6" in runner.describe() and "runner.py:1" in runner.describe()
     assert [f.by_value_import.module for f in result.benign] == ["pkg.late"]
     assert result.rebinding_count == 2
+
+
+def test_findings_outside_the_capture_path_are_advisories(tmp_path, monkeypatch):
+    """A stale binding used by a capture-path module fails the oracle; the same class in a module off that path
+    (the scheduler) is returned as an advisory, and fails too with HARNESS_REBINDING_SCOPE=all."""
+    import pytest
+
+    from harness.oracles import OracleFailure
+    from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("HARNESS_REBINDING_SCOPE", raising=False)
+    package = tmp_path / "sglang"
+    files = {
+        "__init__.py": "", "srt/__init__.py": "", "srt/managers/__init__.py": "",
+        "srt/model_executor/__init__.py": "",
+        "srt/hooks.py": "def stream():\n    return 'cuda'\n",
+        "srt/npu_runner.py": "from sglang.srt import hooks\n\nhooks.stream = lambda: 'npu'\n",
+        "srt/managers/scheduler.py": "from sglang.srt.hooks import stream\n\nS = stream()\n",
+    }
+    write(package, files)
+    result = assert_no_by_value_imports_of_rebound_names(package)
+    assert result.findings == [] and [a.by_value_import.module for a in result.advisories] == [
+        "sglang.srt.managers.scheduler"]
+    monkeypatch.setenv("HARNESS_REBINDING_SCOPE", "all")
+    with pytest.raises(OracleFailure, match="scheduler"):
+        assert_no_by_value_imports_of_rebound_names(package)
+    monkeypatch.delenv("HARNESS_REBINDING_SCOPE")
+    write(package, {"srt/model_executor/runner.py": "from sglang.srt.hooks import stream\n\nS = stream()\n"})
+    with pytest.raises(OracleFailure, match=r"sglang\.srt\.model_executor\.runner imports it by value"):
+        assert_no_by_value_imports_of_rebound_names(package)

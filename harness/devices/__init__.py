@@ -101,6 +101,22 @@ def _npu() -> Device:
 _FACTORIES = {"cpu": _cpu, "cuda": _cuda, "npu": _npu}
 
 
+def prepare(name: str) -> str:
+    """Process-wide preparation before anything imports SGLang; returns what the run's records should say about
+    `sgl_kernel`. On a GPU without the real package (the nightly image carries torch, not sgl_kernel's kernels),
+    SGLang's CUDA import-time kernel names come from the stand-in, whose kernels raise if called."""
+    if name != "cuda":
+        return "not needed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "not needed (no GPU)"
+    from harness.devices import sgl_kernel_standin
+
+    reason = sgl_kernel_standin.ensure("cuda")
+    return "real" if reason is None else f"import-time stand-in ({reason})"
+
+
 def get_device(name: str) -> Device:
     """The device called `name`; an unknown name raises ValueError listing the choices."""
     if name not in _FACTORIES:

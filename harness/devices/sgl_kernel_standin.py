@@ -1,14 +1,23 @@
-"""A stand-in for `sgl_kernel` on a machine where the real package cannot load (no CUDA driver), for older SGLang.
+"""A stand-in for `sgl_kernel` where the real package cannot load, so SGLang's graph runners import.
 
-SGLang 0.5.9 to 0.5.13 import `sgl_kernel` unconditionally on every platform that is not NPU or XPU: their
-`srt/mem_cache/memory_pool_host.py` runs `from sgl_kernel.kvcacheio import transfer_kv_...` at import time, and
-the model runner and both graph runners reach that module. The real package is built for CUDA only.
+Two cases need it:
+- a CPU machine, SGLang 0.5.9 to 0.5.13: they import `sgl_kernel` on every platform that is not NPU or XPU
+  (`srt/mem_cache/memory_pool_host.py` runs `from sgl_kernel.kvcacheio import transfer_kv_...` at import time);
+- a GPU machine without the package (the nightly device image carries torch but not sgl_kernel's GB of kernels):
+  on CUDA, 0.5.23's graph runners import norm, activation, MoE and quantisation kernels at import time.
 
-What this provides: exactly the import-time names of those releases (`IMPORT_TIME_NAMES`), nothing else, so
-SGLang's own `try: from sgl_kernel... except ImportError` fallbacks still take their fallback (a module that
-answered every name would send SGLang down kernel paths). Each name is a function that raises
-`SglKernelStandInCalled` naming the call: no kernel is faked. The stand-in is installed only when
-`import sgl_kernel` fails; where the real package loads, it is left alone.
+What this provides:
+- on a CPU machine, exactly the import-time names of those releases (`IMPORT_TIME_NAMES`), nothing else, so
+  SGLang's own `try: from sgl_kernel... except ImportError` fallbacks still take their fallback (a module that
+  answered every name would send SGLang down kernel paths);
+- on a GPU, where SGLang treats sgl_kernel as present (its `try` fallbacks are for older kernel releases), every
+  name of `sgl_kernel` and of the kernel submodules it imports from (`GPU_SUBMODULES`), at import time or lazily
+  at run time; other submodules stay missing, so SGLang's fallbacks for non-kernel ones (`sgl_kernel.scalar_type`,
+  `sgl_kernel.allreduce` for a one-rank group) are still taken.
+Each name is a function that raises `SglKernelStandInCalled` naming the call: no kernel is faked. The one exception
+is `weak_ref_tensor`, which CUDA graph capture calls on captured outputs: the device layer supplies it (a tensor
+aliasing the same storage, as on the virtual device; it keeps the storage alive, which only costs memory). The
+stand-in is installed only when `import sgl_kernel` fails; where the real package loads, it is left alone.
 
     from harness.devices import sgl_kernel_standin
     sgl_kernel_standin.ensure()      # before SGLang's graph runners are imported; idempotent; process-wide
@@ -23,8 +32,8 @@ import sys
 import types
 from typing import Optional
 
-# module -> names imported from it at import time by SGLang 0.5.9-0.5.13 on a CPU machine (found by importing
-# the model runner, the piecewise graph runner, the compile path and the server args with a recording module).
+# module -> names SGLang 0.5.9-0.5.13 import from it at import time on a CPU machine (found by importing the model
+# runner, the piecewise graph runner, the compile path and the server args with a recording module).
 IMPORT_TIME_NAMES: dict[str, tuple[str, ...]] = {
     "sgl_kernel": (),
     "sgl_kernel.kvcacheio": (
@@ -35,6 +44,7 @@ IMPORT_TIME_NAMES: dict[str, tuple[str, ...]] = {
         "transfer_kv_per_layer_ph_lf",
     ),
 }
+GPU_SUBMODULES = ("sgl_kernel.kvcacheio", "sgl_kernel.quantization")
 MARKER = "__harness_standin__"
 _state: dict[str, Optional[str]] = {"installed": None}
 
@@ -55,14 +65,33 @@ def _kernel(module: str, name: str):
     return kernel
 
 
-def _module(name: str) -> types.ModuleType:
-    module = types.ModuleType(name, f"harness stand-in for {name} (import-time names only; calls raise)")
+def weak_ref_tensor(tensor):
+    """The device layer's `sgl_kernel.weak_ref_tensor`: a tensor sharing `tensor`'s storage."""
+    from harness.devices.cpu import weak_ref_tensor as aliasing
+
+    return aliasing(tensor)
+
+
+class _AnyName(types.ModuleType):
+    """A stand-in module answering every name with a kernel that raises (GPU machines)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        kernel = weak_ref_tensor if name == "weak_ref_tensor" else _kernel(self.__name__, name)
+        setattr(self, name, kernel)
+        return kernel
+
+
+def _module(name: str, names: tuple[str, ...] = (), any_name: bool = False) -> types.ModuleType:
+    module = (_AnyName if any_name else types.ModuleType)(
+        name, f"harness stand-in for {name} ({'every name' if any_name else 'import-time names only'}; calls raise)")
     module.__file__ = __file__
+    module.__path__ = []  # a package, so submodules resolve to stand-ins
     setattr(module, MARKER, True)
     if name == "sgl_kernel":
-        module.__path__ = []  # a package, so `sgl_kernel.kvcacheio` resolves to the stand-in below
         module.__version__ = "0.0.0+harness-standin"
-    for attribute in IMPORT_TIME_NAMES[name]:
+    for attribute in names:
         setattr(module, attribute, _kernel(name, attribute))
     return module
 
@@ -81,22 +110,24 @@ def real_sgl_kernel_error() -> Optional[str]:
         return f"{type(error).__name__}: {error}"
 
 
-def ensure() -> Optional[str]:
-    """Install the stand-in if the real package does not import; returns why it was needed (None: real)."""
+def ensure(platform: str = "cpu") -> Optional[str]:
+    """Install the stand-in for `platform` ("cpu": the import-time names; "cuda": every name) if the real package
+    does not import; returns why it was needed (None: the real package)."""
     if _state["installed"] is not None:
         return _state["installed"]
     reason = real_sgl_kernel_error()
     if reason is None:
         return None
-    root = _module("sgl_kernel")
+    any_name = platform != "cpu"
+    root = _module("sgl_kernel", IMPORT_TIME_NAMES["sgl_kernel"], any_name=any_name)
     sys.modules["sgl_kernel"] = root
-    for name in IMPORT_TIME_NAMES:
-        if name != "sgl_kernel":
-            sys.modules[name] = _module(name)
-            setattr(root, name.rpartition(".")[2], sys.modules[name])
+    for name in {*IMPORT_TIME_NAMES, *(GPU_SUBMODULES if any_name else ())} - {"sgl_kernel"}:
+        sys.modules[name] = _module(name, IMPORT_TIME_NAMES.get(name, ()), any_name=any_name)
+        object.__setattr__(root, name.rpartition(".")[2], sys.modules[name])
     _state["installed"] = reason
     return reason
 
 
 def installed() -> bool:
     return _state["installed"] is not None
+

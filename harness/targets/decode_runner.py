@@ -228,6 +228,22 @@ def shared_parts(lora: bool, device: str = "cpu"):
     return _SHARED[key]
 
 
+_LAST_COMPILER: list = [None]
+
+
+def fresh_dynamo_when_compiler_changes(case: "DecodeCase", personality: str) -> None:
+    """Compiled frames are reused across examples with the same compiler (the suite's speed), but a target that
+    compiles with another one (another personality's backend, inductor instead of eager) starts from a reset
+    Dynamo: what one platform's capture left in Dynamo's caches must not decide whether the next one compiles
+    (torch 2.13 then raises "fullgraph=True found no compiled frames" in SGLang's capture). Call it before any
+    compile callback is registered: a reset drops Dynamo's callbacks."""
+    compiler = (personality, case.compile_backend) if case.enable_torch_compile else None
+    if compiler is not None and compiler != _LAST_COMPILER[0]:
+        if _LAST_COMPILER[0] is not None:
+            torch._dynamo.reset()
+        _LAST_COMPILER[0] = compiler
+
+
 class _GraphSharedOutput:
     def __init__(self, device: str) -> None:
         self.device = device
@@ -251,6 +267,7 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
     model_config = SimpleNamespace(
         is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32,
         hf_config=hf_config, hf_text_config=hf_config, attention_arch=None, context_len=4096,
+        quantization=None,  # read by the CUDA warmup (flashinfer autotune only for quantised models)
     )
     return SimpleNamespace(
         device=device,

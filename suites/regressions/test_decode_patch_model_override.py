@@ -1,6 +1,7 @@
 """Pinned regression of known bug 1 (SGLang PR #23906, fixed by #27774): with the NPU graph runner, its override of
 `patch_model` must be what runs during capture, compiled sizes included; and the CUDA runner with compile and
-LoRA variants keeps its contract. Explicit cases, both personalities, whatever `--personality` says."""
+LoRA variants keeps its contract. Explicit cases, both personalities, whatever `--personality` says; on
+`--device cuda` the CUDA case runs on the GPU and the NPU cases need the virtual device (skipped, saying so)."""
 from __future__ import annotations
 
 import pytest
@@ -36,12 +37,16 @@ def fixed_batches(case: DecodeCase):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_patch_model_override_is_what_captured(name):
+def test_patch_model_override_is_what_captured(name, device_name):
     personality, case = CASES[name]
     layout = decode_runner.resolve_layout()
     if layout.skip_reason:
         pytest.skip(layout.skip_reason)
-    device = get_device("cpu")
+    if device_name != "cpu" and personality != device_name:
+        pytest.skip(f"the {personality} personality runs on the cpu virtual device, not on --device {device_name}")
+    device = get_device("cpu" if personality != device_name else device_name)
+    if not device.available:
+        pytest.skip(device.skip_reason)
     with device.install(personality), example("decode_capture_regression", personality=personality,
                                               **case.drawn()) as ex:
         capture_and_check(case, fixed_batches(case), device, personality, layout, ex)
