@@ -46,3 +46,29 @@ def test_prefill_suite_matches_bug2_history(version, tmp_path):
     assert generated, result["failures"]
     for failure in generated:
         assert "forward_mode=MIXED" in failure["diagnosis"] or "MIXED" in failure["diagnosis"], failure
+
+
+# Known bug 1 lived on SGLang's main branch between 2495c02c (PR #23906) and 70c71ba1 (PR #27774). Trees from
+# `git archive <commit> python` of a repository carrying main's history (Oasis-Git/sglang), outside the project;
+# those trees pin torch 2.11, so they run in the 0.5.14 environment (torch 2.13, the nearest here).
+BUG1_TREES = {"2495c02c": "fail", "70c71ba1": "pass"}
+
+
+@pytest.mark.parametrize("commit", sorted(BUG1_TREES))
+def test_gate_matches_bug1_history(commit, tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    tree = Path(os.environ.get("HARNESS_SGLANG_TREES", "/tmp")) / f"sglang-{commit}"
+    if not (tree / "python" / "sglang").is_dir():
+        pytest.skip(f"no SGLang tree at {tree} (set HARNESS_SGLANG_TREES; built by hand, not in CI)")
+    python = _python("0.5.14")
+    run = subprocess.run([str(python), "-m", "harness", "gate", str(tree), "--personality", "npu",
+                          "--report-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    if BUG1_TREES[commit] == "pass":
+        assert run.returncode == 0, run.stdout[-4000:]
+        return
+    assert run.returncode == 1, run.stdout[-4000:]
+    assert "[hook-contract] during capture `patch_model_npu` ran 0 time(s)" in run.stdout
+    assert "torch_compile_decoration.patch_model is rebound at" in run.stdout
