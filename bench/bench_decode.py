@@ -29,7 +29,7 @@ def bench_replays(replays: int) -> None:
         with cpu.install(personality=personality), cpu.capture_mode(mode):
             case = dr.DecodeCase(capture_bs=(1, 2, 4, 8), max_running_requests=8, enable_torch_compile=compile_,
                                  torch_compile_max_bs=8)
-            target = dr.DecodeTarget(case, personality=personality)
+            target = dr.make_target(case, personality=personality)
             batch = dr.DecodeBatch(input_ids=[1, 2, 3], positions=[4, 5, 6], seq_lens=[7, 8, 9])
             for _ in range(5):
                 target.replay(batch)
