@@ -30,7 +30,7 @@ def layout():
 
 
 @pytest.fixture(scope="module")
-def device(device_name, personality):
+def device(device_name, personality, layout):  # the layout first: it prepares SGLang's imports
     found = get_device(device_name)
     if not found.available:
         pytest.skip(found.skip_reason)
@@ -64,8 +64,13 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
     device.reset()
     decode_runner.fresh_dynamo_when_compiler_changes(case, personality)
     with device.capture_mode(mode), RecompileWatcher("decode forward") as watcher:
-        target = decode_runner.DecodeTarget(case, personality=personality, device=device.torch_device,
-                                            hooks=hooks, layout=layout)
+        target = decode_runner.make_target(case, personality=personality, device=device.torch_device,
+                                           hooks=hooks, layout=layout)
+        if layout.note:
+            ex.note("layout", layout.note)
+        if target.dropped_options:
+            ex.note("dropped_options", f"{target.dropped_options}: SGLang {layout.name} has no such option; "
+                                       "the case ran without it")
         check_compiled_forwards_match_eager(target, exact=case.compile_backend == "eager")
         watcher.arm()
         ex.note("capture_bs", target.capture_bs)

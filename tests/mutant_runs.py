@@ -1,6 +1,8 @@
 """Shared by the mutant self-tests: run a suite on a mutated scratch copy of SGLang and read its verdict."""
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,13 +11,30 @@ from harness.errors import HarnessError
 from harness.mutants import Edit, run_pytest, scratch_sglang
 
 
+def sglang_package(python: Path) -> str:
+    """The directory of the `sglang` package that interpreter `python` imports."""
+    done = subprocess.run([str(python), "-c", "import importlib.util; "
+                           "print(list(importlib.util.find_spec('sglang').submodule_search_locations)[0])"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
 def run_suite_on_mutant(suite: str, name: str, edits: list[Edit], report_dir: Path,
-                        extra: tuple[str, ...] = (), timeout: float = 600) -> tuple[int, str]:
-    """Run `suite` with `edits` applied to a scratch copy; skips (with the reason) if the edit does not apply
-    to the installed release, so a moved function is visible, never a silent pass."""
+                        extra: tuple[str, ...] = (), timeout: float = 600,
+                        python: Path | None = None) -> tuple[int, str]:
+    """Run `suite` with `edits` applied to a scratch copy (of the SGLang that `python` imports, default this
+    environment's); skips (with the reason) if the edit does not apply to that release, so a moved function is
+    visible, never a silent pass."""
     try:
-        root = scratch_sglang(edits) if edits else None
+        base = sglang_package(python) if python is not None else None
+        root = scratch_sglang(edits, base=base) if edits else None
     except HarnessError as error:
         pytest.skip(f"mutant {name} does not apply to the installed SGLang: {error}")
     return run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *extra], sglang_root=root,
-                      mutant=name, timeout=timeout)
+                      mutant=name, timeout=timeout, python=str(python) if python is not None else None)
+
+
+def failure_records(report_dir: Path) -> list[dict]:
+    """The run's failure records (`failures.jsonl`), first failure first."""
+    path = report_dir / "failures.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []

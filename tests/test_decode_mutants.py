@@ -12,11 +12,9 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.mutant_runs import run_suite_on_mutant
+from tests.mutant_runs import failure_records, run_suite_on_mutant
 
 SUITE = "suites/test_decode_capture.py"
 RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
@@ -62,17 +60,12 @@ MUTANTS = {
 }
 
 
-def _failures(report_dir) -> list[dict]:
-    path = report_dir / "failures.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_decode_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
     edits, test, extra, oracle, texts = MUTANTS[name]
     code, output = run_suite_on_mutant(test, name, edits, tmp_path, extra=extra, timeout=600)
     assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
-    failures = _failures(tmp_path)
+    failures = failure_records(tmp_path)
     assert failures, f"mutant {name}: the suite failed but wrote no failure record:\n{output[-3000:]}"
     assert failures[0]["oracle"] == oracle, failures[0]
     for text in texts:

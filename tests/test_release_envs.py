@@ -1,6 +1,11 @@
-"""The prefill suite against real SGLang releases, each in its own environment under .venvs/ (known bug 2's
-release history: 0.5.9 passes MIXED through `replay_prepare` and must fail with bug 2's diagnosis, found by
-generated examples; 0.5.10, the first release with the MIXED -> EXTEND normalisation, and later ones must pass).
+"""The suites against real SGLang releases, each in its own environment under .venvs/.
+
+- Prefill (known bug 2's release history): 0.5.9 passes MIXED through `replay_prepare` and must fail with bug 2's
+  diagnosis, found by generated examples; 0.5.10, the first release with the MIXED -> EXTEND normalisation, and
+  later ones must pass.
+- Decode on the pre-0.5.14 layout (`harness.targets.decode_runner_pre14`): on 0.5.9 and 0.5.10 the suite must drive
+  SGLang's `CudaGraphRunner` / `NPUGraphRunner` (examples run, not skipped) and every capture/replay example must
+  pass; a mutant of 0.5.9's `replay` that returns the padded rows must fail the eager oracle.
 
 Those environments are built by hand on a development machine (see requirements/sglang-<version>.txt); CI does not
 have them, so each case skips, naming the missing environment. A skip here proves nothing: run
@@ -8,9 +13,13 @@ have them, so each case skips, naming the missing environment. A skip here prove
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench.bench_releases import BUG2_ORACLES, REPO, expected, run_release, sglang_version
+from harness.targets.decode_runner_pre14 import NOTE as PRE14_NOTE
+from tests.mutant_runs import failure_records, run_suite_on_mutant
 
 SUITE = "suites/test_prefill_pcg.py"
 RELEASES = ("0.5.9", "0.5.10", "0.5.14")
@@ -72,3 +81,52 @@ def test_gate_matches_bug1_history(commit, tmp_path):
     assert run.returncode == 1, run.stdout[-4000:]
     assert "[hook-contract] during capture `patch_model_npu` ran 0 time(s)" in run.stdout
     assert "torch_compile_decoration.patch_model is rebound at" in run.stdout
+
+
+DECODE_SUITE = "suites/test_decode_capture.py"
+DECODE_REGRESSIONS = "suites/regressions/test_decode_patch_model_override.py"  # explicit cases, both personalities
+DECODE_PRE14_RELEASES = ("0.5.9", "0.5.10")
+DECODE_DYNAMIC = f"{DECODE_SUITE}::test_replay_matches_eager_and_patch_model_contract"
+STATIC_TEST = f"{DECODE_SUITE}::test_no_module_imports_a_rebound_name_by_value"
+
+
+@pytest.mark.parametrize("personality", ["cuda", "npu"])
+@pytest.mark.parametrize("version", DECODE_PRE14_RELEASES)
+def test_decode_suite_drives_the_pre14_runner(version, personality, tmp_path):
+    python = _python(version)
+    result = run_release(python, suite=DECODE_SUITE, extra=("--personality", personality, DECODE_REGRESSIONS),
+                         report_dir=tmp_path, timeout=1200)
+    records = [json.loads(line) for line in (tmp_path / "examples.jsonl").read_text().splitlines() if line]
+    suites = {"decode_capture", "decode_capture_inductor", "decode_capture_regression"}
+    captured = [r for r in records if r["suite"] in suites]
+    # Both capture tests (generated examples) and the pinned regressions ran through the pre-0.5.14 adapter (the
+    # layout note says so), none skipped, and every one passed every oracle.
+    assert {r["suite"] for r in captured} == suites, result
+    assert all(r["verdict"] == "pass" for r in captured), result
+    assert all(r["notes"].get("layout") == PRE14_NOTE for r in captured), captured[0]["notes"]
+    assert "skipped" not in result["counts"], result
+    # The only failures these releases may show are the static scan's (by-value imports of rebound names outside
+    # the decode runner, e.g. torch.cuda.Stream, which the NPU modules rebind); never patch_model (bug 1 came later).
+    failures = failure_records(tmp_path)
+    for failure in failures:
+        assert failure["test"] == STATIC_TEST and failure["oracle"] == "rebinding-by-value-import", failure
+        assert "patch_model" not in failure["diagnosis"], failure
+    assert result["exit"] == (1 if failures else 0), result
+
+
+PRE14_PADDED_ROWS = [
+    ("srt/model_executor/cuda_graph_runner.py",
+     "next_token_logits = output.next_token_logits[: self.raw_num_token]",
+     "next_token_logits = output.next_token_logits[: self.bs * self.num_tokens_per_bs]"),
+]
+
+
+def test_decode_mutant_on_pre14_layout_fails_the_eager_oracle(tmp_path):
+    python = _python("0.5.9")
+    code, output = run_suite_on_mutant(DECODE_DYNAMIC, "pre14_replay_returns_padded_rows", PRE14_PADDED_ROWS,
+                                       tmp_path, python=python, timeout=900)
+    assert code == 1, f"the padded-rows mutant of 0.5.9 was not detected (exit {code}):\n{output[-3000:]}"
+    failures = failure_records(tmp_path)
+    assert failures, output[-3000:]
+    assert failures[0]["oracle"] == "eager-equality", failures[0]
+    assert "shape or dtype differs from eager" in failures[0]["diagnosis"], failures[0]

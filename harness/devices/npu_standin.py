@@ -13,6 +13,7 @@ Installed by `harness.devices.cpu.install(personality="npu")`, restored on exit:
   `get_full_graph_backend_cls()` SGLang's own `NPUCudaGraphBackend` (the decode backend SGLang picks on an NPU device;
   `resolve_decode_backend` picks it by `model_runner.device == "npu"`, which a CPU tensor device cannot be, so the
   platform's full-graph-backend hook is the plug point), `get_compile_backend(mode)` the torchair stand-in above.
+  Releases up to 0.5.13 have neither the platform object nor that backend: nothing to patch there.
 """
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ from typing import Any
 import torch
 
 NPU_BACKEND_COMPILES: list[dict] = []
+NPU_FULL_GRAPH_BACKEND_MODULE = "sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend"  # 0.5.14+
+# SGLang's NPU modules imported before the stand-ins go in (those the installed release has)
+NPU_MODULES = ("sglang.srt.hardware_backend.npu.graph_runner.npu_graph_runner", NPU_FULL_GRAPH_BACKEND_MODULE,
+               "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
+               "sglang.srt.model_executor.cuda_graph_runner")
 
 
 class AscendKernelCalled(RuntimeError):
@@ -73,10 +79,11 @@ def install_into(patches) -> None:
     """
     import importlib
 
-    for name in ("sglang.srt.hardware_backend.npu.graph_runner.npu_graph_runner",
-                 "sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend",
-                 "sglang.srt.model_executor.runner.decode_cuda_graph_runner"):
-        importlib.import_module(name)
+    from harness.targets import module_exists
+
+    for name in NPU_MODULES:
+        if module_exists(name):  # each release has some of them
+            importlib.import_module(name)
     patches.setattr(torch, "npu", _npu_device_module())
     torch_npu = _StandinModule("torch_npu", "torch_npu stand-in (harness.devices.npu_standin)")
     for sub in ("profiler", "_C"):
@@ -92,6 +99,8 @@ def install_into(patches) -> None:
     for name, module in torchair_modules().items():
         patches.setmodule(name, module)
 
+    if not (module_exists("sglang.srt.platforms") and module_exists(NPU_FULL_GRAPH_BACKEND_MODULE)):
+        return  # up to 0.5.13: no platform object nor full-graph backend; the NPU runner is chosen by class
     from sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend import NPUCudaGraphBackend
     from sglang.srt.platforms import current_platform
 

@@ -5,7 +5,9 @@ For token row `i` of a batch (one token per request in plain decode):
     h_i     = 3 * input_ids[i] + 0.5 * positions[i] + 19          embedding-like step
     h_i    += 0.25 * seq_lens[i]                                    attention-like step; `seq_lens` is the metadata
                                                                     the attention backend published
-                                                                    (`get_attn_backend().forward_metadata.seq_lens`)
+                                                                    (`forward_metadata.seq_lens` of the backend
+                                                                    the release hands the forward; see
+                                                                    `bind_sglang_hooks`)
     h_i    *= 2            when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
     h_i    += scale_i * h_i  when LoRA is on and this graph is not the "nolora" variant; `scale_i` is the
                                                                     request's adapter scale (LORA_SCALES; 0 for a
@@ -92,6 +94,32 @@ class LoRAManagerDouble:
         pass
 
 
+def _default_attn_backend(forward_batch):
+    from sglang.srt.model_executor.forward_context import get_attn_backend
+
+    return get_attn_backend()
+
+
+def _default_lora_variant():
+    from sglang.srt.model_executor.runner_utils.capture_mode import get_capture_lora_variant
+
+    return get_capture_lora_variant()
+
+
+# Where the model meets SGLang's per-release plumbing. The target adapter of the installed release binds these
+# (`bind_sglang_hooks`); the defaults are the 0.5.14+ ones.
+#   attn_backend(forward_batch) -> the attention backend of the running forward (SGLang's forward context)
+#   lora_variant()              -> the LoRA graph variant being captured ("nolora" skips the LoRA step)
+_hooks: dict = {"attn_backend": _default_attn_backend, "lora_variant": _default_lora_variant}
+
+
+def bind_sglang_hooks(*, attn_backend=None, lora_variant=None) -> None:
+    """Bind the model to one release's plumbing (see `_hooks`); None keeps the current binding."""
+    for name, value in (("attn_backend", attn_backend), ("lora_variant", lora_variant)):
+        if value is not None:
+            _hooks[name] = value
+
+
 class DecodeModel(torch.nn.Module):
     """See the module docstring. `lora_manager` None: no LoRA step."""
 
@@ -103,15 +131,13 @@ class DecodeModel(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, **kwargs):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
-        from sglang.srt.model_executor.forward_context import get_attn_backend
-        from sglang.srt.model_executor.runner_utils.capture_mode import get_capture_lora_variant
 
         h = 3.0 * input_ids.to(torch.float32) + 0.5 * positions.to(torch.float32) + 19.0
-        seq_lens = get_attn_backend().forward_metadata.seq_lens
+        seq_lens = _hooks["attn_backend"](forward_batch).forward_metadata.seq_lens
         h = h + 0.25 * seq_lens[: h.shape[0]].to(torch.float32)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
-        if self.lora_manager is not None and get_capture_lora_variant() != "nolora":
+        if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":
             h = h + self.lora_manager.batch_scales[: h.shape[0]] * h
         logits = h[:, None] * self.vocab_weight[None, :]
         return LogitsProcessorOutput(next_token_logits=logits)

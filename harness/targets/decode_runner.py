@@ -1,12 +1,14 @@
 """Adapter for SGLang's decode graph runner: the real constructor (which captures), the real replay, and eager.
 
-Everything version-specific about driving the decode runner lives here: module paths and names per layout, the
-runtime config published before construction, the single-process gloo tensor-parallel group, and the model-runner
-double (the attributes the runner reads from SGLang's `ModelRunner`). Suites call:
+Everything version-specific about driving the 0.5.14+ decode runner lives here: module paths and names per layout,
+the runtime config published before construction, the single-process gloo tensor-parallel group, and the
+model-runner double (the attributes the runner reads from SGLang's `ModelRunner`); the 0.5.9-0.5.13 layout
+(`CudaGraphRunner` in `srt/model_executor/cuda_graph_runner.py`) is `harness.targets.decode_runner_pre14`, a
+subclass of `DecodeTarget` that `resolve_layout` and `make_target` select. Suites call:
 
     layout = resolve_layout()                 # or skip with `layout.skip_reason`
     case = DecodeCase(capture_bs=[1, 2, 4], max_running_requests=8, enable_torch_compile=False, ...)
-    target = DecodeTarget(case, personality="cuda")      # publishes config, builds doubles, constructs the runner
+    target = make_target(case, personality="cuda")      # publishes config, builds doubles, constructs the runner
     out = target.replay(batch)                # runner.can_run_graph + runner.execute (load_batch + graph replay)
     ref = target.eager(batch)                 # the model's forward on the real rows, no graph
 
@@ -47,6 +49,10 @@ class Layout:
     npu_patch_name: str  # the NPU override of patch_model
     full_backend_module: str
     skip_reason: Optional[str] = None
+    # "runner": 0.5.14+ DecodeCudaGraphRunner (this module); "cuda_graph_runner": <= 0.5.13 CudaGraphRunner
+    # (harness.targets.decode_runner_pre14)
+    family: str = "runner"
+    note: str = ""  # what the adapter does differently on this layout, recorded with every example
 
 
 LAYOUT_0_5_14 = Layout(
@@ -76,14 +82,13 @@ def resolve_layout() -> Layout:
                 f"sglang {version} has the 0.5.14+ runner layout but neither runtime_context.publish nor "
                 "server_args.set_global_server_args_for_scheduler to publish config through"))
         return LAYOUT_0_5_14
-    if module_exists("sglang.srt.model_executor.cuda_graph_runner"):
-        return dataclasses.replace(LAYOUT_0_5_14, name="up to 0.5.13 (srt/model_executor/cuda_graph_runner.py)",
-                                   skip_reason=(f"sglang {version} uses the pre-0.5.14 layout "
-                                                "(srt/model_executor/cuda_graph_runner.py); the decode adapter "
-                                                "drives only the 0.5.14+ layout"))
+    from harness.targets import decode_runner_pre14
+
+    if module_exists(decode_runner_pre14.RUNNER_MODULE):
+        return decode_runner_pre14.resolve_layout(version)
     return dataclasses.replace(LAYOUT_0_5_14, name="unknown", skip_reason=(
         f"sglang {version}: no decode graph runner found at {LAYOUT_0_5_14.runner_module} "
-        "nor at sglang.srt.model_executor.cuda_graph_runner"))
+        f"nor at {decode_runner_pre14.RUNNER_MODULE}"))
 
 
 def _publishes_through_runtime_context() -> bool:
@@ -217,12 +222,13 @@ STATIC_CAPACITY = 64  # rows of the doubles' static buffers: fixed, so their sha
 _SHARED: dict = {}
 
 
-def shared_parts(lora: bool, device: str = "cpu"):
-    """(model, LoRA manager or None, attention backend for the runner, attention backend for eager)."""
-    key = (lora, device)
+def shared_parts(lora: bool, device: str = "cpu", make_attention: Callable = make_attention_backend_class):
+    """(model, LoRA manager or None, attention backend for the runner, attention backend for eager);
+    `make_attention` builds the attention double's class for the release's attention-backend API."""
+    key = (lora, device, make_attention)
     if key not in _SHARED:
         manager = LoRAManagerDouble(device) if lora else None
-        attention_class = make_attention_backend_class()
+        attention_class = make_attention()
         _SHARED[key] = (DecodeModel(manager).to(device), manager, attention_class(device=device),
                         attention_class(device=device))
     return _SHARED[key]
@@ -376,17 +382,15 @@ class DecodeTarget:
         self.layout = layout or resolve_layout()
         if self.layout.skip_reason:
             raise RuntimeError(self.layout.skip_reason)
-        self.server_args = publish_config(
-            capture_bs=case.capture_bs, max_running_requests=case.max_running_requests,
-            enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
-            device=device, lora=case.lora)
+        if self.layout.family != self.FAMILY:
+            raise RuntimeError(f"{type(self).__name__} drives the {self.FAMILY!r} layout, not {self.layout.name}: "
+                               "construct targets with make_target()")
+        self.server_args = self._publish_config(case, device)
         ensure_tp_group()
         # One model (and its doubles) per process and LoRA setting: Dynamo caches compiled frames per model
         # instance, so reusing it caches compiled forwards per (batch size, mode) across examples.
-        self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = shared_parts(case.lora, device)
-        self.model_runner = make_model_runner(
-            self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
-            server_args=self.server_args, lora_manager=self.lora_manager)
+        self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = self._shared_parts(case, device)
+        self.model_runner = self._make_model_runner(case, device)
         self.decoration = importlib.import_module(self.layout.decoration_module)
         self.runner_class = self._runner_class()
         self.dropped_options: list[str] = []
@@ -406,7 +410,23 @@ class DecodeTarget:
             self.runner = self.runner_class(self.model_runner, **kwargs)
         self.capture_seconds = time.perf_counter() - t0
 
-    # -- construction helpers -----------------------------------------------------------------------------------
+    # -- construction helpers (a layout's subclass overrides the release-specific ones) --------------------------
+    FAMILY = "runner"
+
+    def _publish_config(self, case: DecodeCase, device: str) -> Any:
+        return publish_config(
+            capture_bs=case.capture_bs, max_running_requests=case.max_running_requests,
+            enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
+            device=device, lora=case.lora)
+
+    def _shared_parts(self, case: DecodeCase, device: str):
+        return shared_parts(case.lora, device)
+
+    def _make_model_runner(self, case: DecodeCase, device: str) -> SimpleNamespace:
+        return make_model_runner(
+            self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
+            server_args=self.server_args, lora_manager=self.lora_manager)
+
     def _runner_class(self):
         if self.personality == "npu":
             return load(self.layout, "npu_runner_module", self.layout.npu_runner_class)
@@ -557,18 +577,33 @@ class DecodeTarget:
     def eager(self, batch: DecodeBatch, forward: Optional[Callable] = None):
         """The model's forward (or `forward`, e.g. a compiled one patch_model yielded) on the real rows, no graph,
         with a fresh attention backend and LoRA scales."""
-        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
-
         fb = batch.to_forward_batch(self.device)
         if self.lora_manager is not None and fb.lora_ids is not None:
             self.lora_manager.prepare_lora_batch(fb, static=False)
         self.eager_attn_backend.init_forward_metadata(fb)
+        with torch.no_grad(), self._eager_context(fb):
+            return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
+
+    def _eager_context(self, fb):
+        """How the release hands the eager attention backend to the model: SGLang's forward context."""
         import inspect
 
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
         takes_batch = "forward_batch" in inspect.signature(forward_context).parameters  # 0.5.2x
-        with torch.no_grad(), forward_context(ForwardContext(attn_backend=self.eager_attn_backend),
-                                              **({"forward_batch": fb} if takes_batch else {})):
-            return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
+        return forward_context(ForwardContext(attn_backend=self.eager_attn_backend),
+                               **({"forward_batch": fb} if takes_batch else {}))
+
+
+def make_target(case: DecodeCase, *, layout: Optional[Layout] = None, **kwargs) -> DecodeTarget:
+    """The target for `case` on the installed layout (constructs the real runner, which captures); keyword
+    arguments as `DecodeTarget`."""
+    layout = layout or resolve_layout()
+    if layout.family == "cuda_graph_runner":
+        from harness.targets import decode_runner_pre14
+
+        return decode_runner_pre14.DecodeTargetPre14(case, layout=layout, **kwargs)
+    return DecodeTarget(case, layout=layout, **kwargs)
 
 
 _ORIGINAL_PATCH_MODEL: dict = {}
