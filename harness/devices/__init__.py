@@ -104,7 +104,7 @@ _FACTORIES = {"cpu": _cpu, "cuda": _cuda, "npu": _npu}
 def prepare(name: str) -> str:
     """Process-wide preparation before anything imports SGLang; returns what the run's records should say about
     `sgl_kernel`. On a GPU without the real package (the nightly image carries torch, not sgl_kernel's kernels),
-    SGLang's CUDA import-time kernel names come from the stand-in, whose kernels raise if called."""
+    SGLang's kernel names come from the stand-in, whose kernels raise if called."""
     if name != "cuda":
         return "not needed"
     import torch

@@ -56,8 +56,8 @@ class SglKernelStandInCalled(RuntimeError):
 def _kernel(module: str, name: str):
     def kernel(*args, **kwargs):
         raise SglKernelStandInCalled(
-            f"{module}.{name}() was called, but sgl_kernel is the harness's import-time stand-in "
-            "(harness.devices.sgl_kernel_standin: the real package needs the CUDA driver). The code path that "
+            f"{module}.{name}() was called, but sgl_kernel is the harness's stand-in "
+            "(harness.devices.sgl_kernel_standin: the real package did not load here). The code path that "
             "called it needs a real GPU, or a CPU implementation in the harness's device layer.")
 
     kernel.__name__ = kernel.__qualname__ = name
