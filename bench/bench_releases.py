@@ -21,6 +21,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from harness.record import read_records  # noqa: E402
+
 SUITE = "suites/test_prefill_pcg.py"
 BUG2_ORACLES = ("no-recompile", "capture-stream", "graph-replay")
 FIXED_IN = (0, 5, 10)  # first release that maps MIXED to EXTEND before the piecewise replay (SGLang PR #20441)
@@ -72,9 +76,7 @@ def run_release(python: Path, *, suite: str = SUITE, extra: tuple[str, ...] = ()
     except subprocess.TimeoutExpired:
         code, output = 124, f"timed out after {timeout} s"
     wall = time.time() - started
-    failures = []
-    if (report_dir / "failures.jsonl").exists():
-        failures = [json.loads(line) for line in (report_dir / "failures.jsonl").read_text().splitlines() if line]
+    failures = read_records(report_dir / "failures.jsonl")
     counts = re.findall(r"^(?:=+ )?(\d+ (?:passed|failed|skipped|xfailed|xpassed|error)[^\n=]*)", output, re.M)
     first = failures[0] if failures else {}
     return {"exit": code, "verdict": "pass" if code == 0 else "fail", "wall_s": round(wall, 1),

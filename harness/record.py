@@ -129,6 +129,13 @@ def write_to(path: Path, record: dict) -> None:
         stream.flush()
 
 
+def read_records(path: Path) -> list[dict]:
+    """The records `write_to` appended to `path`, in order; none when the file does not exist."""
+    path = Path(path)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line] \
+        if path.exists() else []
+
+
 @contextlib.contextmanager
 def example(suite: str, **drawn):
     """Wrap one example: yields an `Example`; on exit writes its record, then lets any exception through."""

@@ -1,7 +1,6 @@
 """Shared by the mutant self-tests: run a suite on a mutated scratch copy of SGLang and read its verdict."""
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.mutants import Edit, run_pytest, scratch_sglang
+from harness.record import read_records
 
 
 def sglang_package(python: Path) -> str:
@@ -36,5 +36,4 @@ def run_suite_on_mutant(suite: str, name: str, edits: list[Edit], report_dir: Pa
 
 def failure_records(report_dir: Path) -> list[dict]:
     """The run's failure records (`failures.jsonl`), first failure first."""
-    path = report_dir / "failures.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+    return read_records(report_dir / "failures.jsonl")

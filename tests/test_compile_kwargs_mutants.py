@@ -2,11 +2,11 @@
 installed SGLang; the suite must fail naming the broken contract. Clean SGLang must pass."""
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from tests.mutant_runs import run_suite_on_mutant
+from harness.record import read_records
+from tests.mutant_runs import failure_records, run_suite_on_mutant
 
 SUITE = "suites/test_compile_kwargs.py"
 FILE = "multimodal_gen/runtime/utils/torch_compile.py"
@@ -45,7 +45,7 @@ def test_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
     edits, oracle, diagnosis = MUTANTS[name]
     code, output = run_suite_on_mutant(SUITE, name, edits, tmp_path)
     assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
-    failures = [json.loads(line) for line in (tmp_path / "failures.jsonl").read_text().splitlines()]
+    failures = failure_records(tmp_path)
     assert failures[0]["oracle"] == oracle, failures[0]
     assert diagnosis in failures[0]["diagnosis"], failures[0]
     assert failures[0]["sglang_mutant"] == name and failures[0]["test"] in failures[0]["replay"]
@@ -54,5 +54,5 @@ def test_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
 def test_clean_sglang_passes(tmp_path):
     code, output = run_suite_on_mutant(SUITE, "clean", [], tmp_path)
     assert code == 0, output[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "examples.jsonl").read_text().splitlines()]
+    rows = read_records(tmp_path / "examples.jsonl")
     assert len(rows) >= 40 and not [r for r in rows if r["verdict"] in ("fail", "error")]

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from tests.mutant_runs import run_suite_on_mutant
+from harness.record import read_records
+from tests.mutant_runs import failure_records, run_suite_on_mutant
 
 SUITE = "suites/test_prefill_pcg.py"
 RUNNER = "srt/model_executor/runner/prefill_cuda_graph_runner.py"
@@ -66,9 +67,9 @@ STATEFUL_MUTANTS = {
 
 
 def _first_failure(report_dir) -> dict:
-    path = report_dir / "failures.jsonl"
-    assert path.exists(), "the suite failed without writing a failure record"
-    return json.loads(path.read_text().splitlines()[0])
+    failures = failure_records(report_dir)
+    assert failures, "the suite failed without writing a failure record"
+    return failures[0]
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
@@ -100,7 +101,7 @@ def test_stateful_machine_finds_carried_state(name, tmp_path):
 def test_clean_sglang_passes(tmp_path):
     code, output = run_suite_on_mutant(SUITE, "clean", [], tmp_path, timeout=900)
     assert code == 0, output[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "examples.jsonl").read_text().splitlines()]
+    rows = read_records(tmp_path / "examples.jsonl")
     strict = [r for r in rows if r["suite"] != "prefill_pcg_findings"]  # strict xfails: known findings
     assert len(strict) >= 100 and not [r for r in strict if r["verdict"] in ("fail", "error")]
     assert {r["notes"].get("path") for r in strict} >= {"graph", "eager"}

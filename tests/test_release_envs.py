@@ -13,11 +13,11 @@ have them, so each case skips, naming the missing environment. A skip here prove
 """
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from bench.bench_releases import BUG2_ORACLES, REPO, expected, run_release, sglang_version
+from harness.record import read_records
 from harness.targets.decode_runner_pre14 import NOTE as PRE14_NOTE
 from tests.mutant_runs import failure_records, run_suite_on_mutant
 
@@ -96,7 +96,7 @@ def test_decode_suite_drives_the_pre14_runner(version, personality, tmp_path):
     python = _python(version)
     result = run_release(python, suite=DECODE_SUITE, extra=("--personality", personality, DECODE_REGRESSIONS),
                          report_dir=tmp_path, timeout=1200)
-    records = [json.loads(line) for line in (tmp_path / "examples.jsonl").read_text().splitlines() if line]
+    records = read_records(tmp_path / "examples.jsonl")
     suites = {"decode_capture", "decode_capture_inductor", "decode_capture_regression"}
     captured = [r for r in records if r["suite"] in suites]
     # Both capture tests (generated examples) and the pinned regressions ran through the pre-0.5.14 adapter (the

@@ -63,17 +63,24 @@ def _nothing(*args) -> Iterator[None]:
     yield
 
 
+def _real_hardware_install(native: str, refusal: str) -> Callable[[str], contextlib.AbstractContextManager]:
+    """Real hardware needs no plugging in; it runs only its own personality (`refusal` says why another won't)."""
+
+    @contextlib.contextmanager
+    def install(personality: str) -> Iterator[None]:
+        if personality != native:
+            raise RuntimeError(f"personality {personality!r} {refusal}")
+        yield
+
+    return install
+
+
 def _cuda() -> Device:
     import torch
 
     reason = None if torch.cuda.is_available() else "no CUDA GPU visible (torch.cuda.is_available() is False)"
 
-    @contextlib.contextmanager
-    def install(personality: str) -> Iterator[None]:
-        if personality != "cuda":
-            raise RuntimeError(f"personality {personality!r} needs the cpu virtual device; real CUDA runs as cuda")
-        yield
-
+    install = _real_hardware_install("cuda", "needs the cpu virtual device; real CUDA runs as cuda")
     return Device("cuda", "cuda", reason, install, _nothing, lambda: ["cuda-graph"], lambda: None)
 
 
@@ -89,12 +96,7 @@ def _npu() -> Device:
     except Exception as error:  # noqa: BLE001 - any import failure is a reason to skip, stated
         reason = f"torch_npu is not importable ({type(error).__name__}: {error}); real NPU runs need Ascend CANN"
 
-    @contextlib.contextmanager
-    def install(personality: str) -> Iterator[None]:
-        if personality != "npu":
-            raise RuntimeError(f"personality {personality!r} on a real NPU: use --personality npu")
-        yield
-
+    install = _real_hardware_install("npu", "on a real NPU: use --personality npu")
     return Device("npu", "npu", reason, install, _nothing, lambda: ["npu-graph"], lambda: None)
 
 
