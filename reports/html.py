@@ -107,7 +107,7 @@ def render(report_dir: Path, run_id: str) -> Path | None:
            "</title><style>body{font-family:sans-serif;margin:24px;max-width:1200px}"
            "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
            "th{background:#eee}td.l{text-align:left}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
-           ".fail{color:#c62828}.ok{color:#2e7d32}</style></head><body>",
+           ".pic{overflow-x:auto}.fail{color:#c62828}.ok{color:#2e7d32}</style></head><body>",
            f"<h1>SGLang harness run {html.escape(run_id)}</h1><p>SGLang {html.escape(str(context.get('sglang')))}"
            f" ({html.escape(str(context.get('sglang_path')))}), torch {html.escape(str(context.get('torch')))}, "
            f"device {html.escape(str(context.get('device')))}, profile {html.escape(str(context.get('profile')))}, "
@@ -125,7 +125,7 @@ def render(report_dir: Path, run_id: str) -> Path | None:
                    + f"<td>{sum(r.get('seconds', 0) for r in rows):.1f}</td><td class='l'>{html.escape(cov_text)}</td></tr>")
     out.append("</table>")
     for suite, rows in sorted(by_suite.items()):
-        out.append(f"<h2>What {html.escape(suite)} explored</h2>{picture(suite, rows)}")
+        out.append(f"<h2>What {html.escape(suite)} explored</h2><div class='pic'>{picture(suite, rows)}</div>")
     if failures:
         out.append("<h2>Failures</h2>")
     for row in failures:

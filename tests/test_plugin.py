@@ -132,3 +132,19 @@ def test_a_failure_under_xdist_is_reported_with_its_properties(tmp_path):
     assert failure["oracle"] == oracle
     junit = (tmp_path / "junit.xml").read_text()
     assert 'name="oracle" value="hook-contract"' in junit and 'name="replay"' in junit, junit[-2000:]
+
+
+@pytest.mark.parametrize("shape", ["missing", "empty folder", "a file", "python/ without sglang"])
+def test_gate_refuses_a_path_that_is_not_a_source_tree(shape, tmp_path, capsys):
+    tree = tmp_path / "checkout"
+    if shape == "empty folder":
+        tree.mkdir()
+    elif shape == "a file":
+        tree.write_text("not a tree")
+    elif shape == "python/ without sglang":
+        (tree / "python").mkdir(parents=True)
+        (tree / "python" / "pyproject.toml").write_text("[project]\nname = 'sglang'\n")
+    assert cli.main(["gate", str(tree), "--report-dir", str(tmp_path / "report")]) == 2
+    error = capsys.readouterr().err
+    assert f"{tree} is not an SGLang source tree" in error and "Traceback" not in error, error
+    assert not (tmp_path / "report").exists()

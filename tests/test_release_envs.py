@@ -6,6 +6,7 @@
 - Decode on the pre-0.5.14 layout (`harness.targets.decode_runner_pre14`): on 0.5.9 and 0.5.10 the suite must drive
   SGLang's `CudaGraphRunner` / `NPUGraphRunner` (examples run, not skipped) and every capture/replay example must
   pass; a mutant of 0.5.9's `replay` that returns the padded rows must fail the eager oracle.
+- Gate (known bug 1's history on main): `python -m harness gate TREE` on main-branch trees (see BUG1_TREES).
 
 Those environments are built by hand on a development machine (see requirements/sglang-<version>.txt); CI does not
 have them, so each case skips, naming the missing environment. A skip here proves nothing: run
@@ -59,8 +60,14 @@ def test_prefill_suite_matches_bug2_history(version, tmp_path):
 
 # Known bug 1 lived on SGLang's main branch between 2495c02c (PR #23906) and 70c71ba1 (PR #27774). Trees from
 # `git archive <commit> python` of a repository carrying main's history (Oasis-Git/sglang), outside the project;
-# those trees pin torch 2.11, so they run in the 0.5.14 environment (torch 2.13, the nearest here).
-BUG1_TREES = {"2495c02c": "fail", "70c71ba1": "pass"}
+# they pin torch 2.11.0, as 0.5.14 does, so they run in the 0.5.14 environment.
+# The prefill suite found a second, unrelated bug on main at 70c71ba1: with torch 2.11 (main since 2026-05-02,
+# PR #21247) Inductor reads `shape_env.var_to_hint_override`, which SGLang's AlwaysHitShapeEnv lacked until
+# 4ed698a4 (2026-06-15, PR #27343), so the piecewise graph with Inductor pieces cannot compile. 70c71ba1 must fail
+# with that crash alone (none of bug 1's diagnoses); 4ed698a4, with both fixes, must pass.
+BUG1_DIAGNOSES = ("[hook-contract] during capture `patch_model_npu` ran 0 time(s)",
+                  "torch_compile_decoration.patch_model is rebound at")
+BUG1_TREES = {"2495c02c": "bug 1", "70c71ba1": "AlwaysHitShapeEnv only", "4ed698a4": "pass"}
 
 
 @pytest.mark.parametrize("commit", sorted(BUG1_TREES))
@@ -75,12 +82,17 @@ def test_gate_matches_bug1_history(commit, tmp_path):
     python = _python("0.5.14")
     run = subprocess.run([str(python), "-m", "harness", "gate", str(tree), "--personality", "npu",
                           "--report-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    failures = failure_records(tmp_path)
     if BUG1_TREES[commit] == "pass":
         assert run.returncode == 0, run.stdout[-4000:]
         return
     assert run.returncode == 1, run.stdout[-4000:]
-    assert "[hook-contract] during capture `patch_model_npu` ran 0 time(s)" in run.stdout
-    assert "torch_compile_decoration.patch_model is rebound at" in run.stdout
+    if BUG1_TREES[commit] == "bug 1":
+        assert all(d in run.stdout for d in BUG1_DIAGNOSES), run.stdout[-4000:]
+        return
+    assert not any(d in run.stdout for d in BUG1_DIAGNOSES), run.stdout[-4000:]
+    assert {f["test"].split("::")[-1] for f in failures} == {"test_piecewise_inductor_pieces"}, failures
+    assert all("has no attribute 'var_to_hint_override'" in f["diagnosis"] for f in failures), failures
 
 
 DECODE_SUITE = "suites/test_decode_capture.py"

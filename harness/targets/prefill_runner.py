@@ -17,6 +17,10 @@ The harness supplies only: the model (`harness.models.prefill_model`), the devic
 attention backend double subclassing SGLang's `AttentionBackend`, a KV cache of its own, and a model-runner double
 (a `ModelRunner` whose constructor is skipped and whose attributes are set here, so SGLang's own `_forward_raw`,
 `_extend_forward_kwargs`, `prepare_dummy_forward_batch` ... run).
+
+Layouts: 0.5.14 and later releases (this module); 0.5.9-0.5.13 (`prefill_runner_pre14`); main-branch trees of
+mid-2026 (between the two in shape: the runner/ layout, no `runtime_context`, no `EagerRunner`, eager extend in
+`ModelRunner.forward_extend`, `DRAFT_EXTEND` beside `DRAFT_EXTEND_V2`), resolved feature by feature here.
 """
 from __future__ import annotations
 
@@ -62,7 +66,7 @@ class Layout:
     # modes the runner refuses (SGLang's eager path or its own error), for the refusal test
     refused_modes: tuple[str, ...] = ("TARGET_VERIFY", "DECODE", "IDLE", "SPLIT_PREFILL", "PREBUILT")
     # modes the runner does not refuse but this configuration's scheduler never hands it (kept as findings)
-    unproduced_modes: tuple[str, ...] = ("DRAFT_EXTEND_V2", "DLLM_EXTEND")
+    unproduced_modes: tuple[str, ...] = ("DRAFT_EXTEND", "DRAFT_EXTEND_V2", "DLLM_EXTEND")
     note: str = ""
 
 
@@ -97,16 +101,20 @@ def resolve_layout() -> Layout:
                 f"sglang {version} has the pre-0.5.14 layout but misses module(s) {', '.join(missing)}"))
         pre14.prepare_imports()  # before anything imports SGLang's graph runners
         return layout
-    missing = [getattr(LAYOUT_0_5_14, field) for field in REQUIRED
-               if not module_exists(getattr(LAYOUT_0_5_14, field))]
+    layout = LAYOUT_0_5_14
+    if not module_exists(layout.eager_runner_module):
+        layout = dataclasses.replace(layout, eager_runner_module="", name=layout.name + ", no eager_runner")
+    missing = [getattr(layout, field) for field in REQUIRED if getattr(layout, field)
+               and not module_exists(getattr(layout, field))]
     if missing:
-        return dataclasses.replace(LAYOUT_0_5_14, name="unknown", skip_reason=(
+        return dataclasses.replace(layout, name="unknown", skip_reason=(
             f"sglang {version}: the prefill graph path is incomplete, missing module(s) {', '.join(missing)}"))
-    if not module_exists("sglang.srt.runtime_context"):
-        return dataclasses.replace(LAYOUT_0_5_14, skip_reason=(
-            f"sglang {version} has the 0.5.14+ runner layout but no sglang.srt.runtime_context to publish "
-            "config through"))
-    return LAYOUT_0_5_14
+    if not module_exists("sglang.srt.runtime_context") and not hasattr(
+            importlib.import_module("sglang.srt.server_args"), "set_global_server_args_for_scheduler"):
+        return dataclasses.replace(layout, skip_reason=(
+            f"sglang {version} has the 0.5.14+ runner layout but neither runtime_context.publish nor "
+            "server_args.set_global_server_args_for_scheduler to publish config through"))
+    return layout
 
 
 def make_target(case: "PrefillCase", layout: Layout):
@@ -189,9 +197,16 @@ class PrefillCase:
         return "record"
 
 
+def _runtime_context() -> Optional[Any]:
+    """`sglang.srt.runtime_context` (0.5.14+ releases), or None: main trees of mid-2026 have none."""
+    if not module_exists("sglang.srt.runtime_context"):
+        return None
+    return importlib.import_module("sglang.srt.runtime_context")
+
+
 def publish_config(case: PrefillCase) -> Any:
     """Publish a ServerArgs whose prefill phase uses `case.backend` (tc_piecewise set past the parser)."""
-    from sglang.srt import runtime_context
+    runtime_context = _runtime_context()
     from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
     from sglang.srt.server_args import ServerArgs
 
@@ -208,8 +223,8 @@ def publish_config(case: PrefillCase) -> Any:
         disable_radix_cache=True, disable_chunked_prefix_cache=True,
     )
     if not hasattr(runtime_context, "publish"):
-        # 0.5.14 to 0.5.1x: no published config namespaces; the runner and the backends read
-        # `model_runner.server_args.cuda_graph_config`, other code the scheduler's global server args.
+        # 0.5.14 to 0.5.1x and main trees without runtime_context: no published config namespaces; the runner
+        # and the backends read `model_runner.server_args.cuda_graph_config`, other code the scheduler's global server args.
         from sglang.srt.server_args import set_global_server_args_for_scheduler
 
         set_global_server_args_for_scheduler(server_args)
@@ -396,6 +411,10 @@ def make_model_runner(layout: Layout, model, attn_backend, kv: KvCache, server_a
                             graph_runner=None, piecewise_cuda_graph_runner=None).items():
         if not hasattr(ModelRunner, name):
             attributes.setdefault(name, value)
+    # Main trees of mid-June 2026: the eager path copies each batch into registries the constructor makes.
+    registry_class = getattr(importlib.import_module(layout.model_runner_module), "_EagerBufferRegistry", None)
+    if registry_class is not None:
+        attributes.update(_eager_decode_registry=registry_class(), _eager_prefill_registry=registry_class())
     for name, value in attributes.items():
         object.__setattr__(runner, name, value)
     return runner
@@ -476,9 +495,7 @@ def _tc_piecewise_resolution(layout: Layout, case: PrefillCase):
     TcPiecewiseCudaGraphBackend for 'tc_piecewise' (0.5.23's resolver raises for that name)."""
     runner_module = load(layout, "runner_module")
     original = runner_module.resolve_prefill_backend
-    from sglang.srt import runtime_context
-
-    if case.backend != "tc_piecewise" or not hasattr(runtime_context, "get_exec"):
+    if case.backend != "tc_piecewise" or not hasattr(_runtime_context(), "get_exec"):
         yield  # up to 0.5.1x the config still offers tc_piecewise: SGLang's own resolver builds it
         return
     backend_class = load(layout, "tc_backend_module", layout.tc_backend_class)
@@ -514,8 +531,9 @@ class PrefillTarget:
         self.model_runner = make_model_runner(self.layout, self.model, self.attn_backend, self.kv,
                                               self.server_args, case)
         runner_class = load(self.layout, "runner_module", self.layout.runner_class)
-        EagerRunner = load(self.layout, "eager_runner_module", "EagerRunner")
-        self.model_runner.eager_runner = EagerRunner(self.model_runner)  # its warm-up is a no-op off CUDA
+        if self.layout.eager_runner_module:  # absent where ModelRunner.forward_extend runs eager itself
+            EagerRunner = load(self.layout, "eager_runner_module", "EagerRunner")
+            self.model_runner.eager_runner = EagerRunner(self.model_runner)  # its warm-up is a no-op off CUDA
         with _tc_piecewise_resolution(self.layout, case):
             self.runner = runner_class(self.model_runner)
         self.model_runner.prefill_cuda_graph_runner = self.runner
@@ -561,8 +579,6 @@ def state_probes(layout: Layout) -> dict:
         get_tc_piecewise_forward_context,
         is_in_tc_piecewise_cuda_graph,
     )
-    from sglang.srt import runtime_context
-
     from harness.devices import cpu
 
     probes = {
@@ -574,7 +590,7 @@ def state_probes(layout: Layout) -> dict:
         "forward_context.active": (has_forward_context, False),
         "device.stream_capturing": (cpu.is_current_stream_capturing, False),
     }
-    get_flags = getattr(runtime_context, "get_flags", None)  # absent up to 0.5.1x
+    get_flags = getattr(_runtime_context(), "get_flags", None)  # absent up to 0.5.1x
     if get_flags is not None and hasattr(get_flags().dp, "capturing_prefill_graph"):  # 0.5.2x
         probes["dp_flags.capturing_prefill_graph"] = (lambda: get_flags().dp.capturing_prefill_graph, False)
     return probes
