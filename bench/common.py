@@ -1,7 +1,6 @@
 """Shared by the benchmark scripts: run a suite (clean or on a mutant) in a fresh process and time it."""
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -10,6 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.mutants import Edit, run_pytest, scratch_sglang  # noqa: E402
+from reports.summary import load  # noqa: E402
 
 
 def run_suite(suite: str, edits: list[Edit] | None = None, name: str = "clean", extra: tuple = (),
@@ -21,8 +21,7 @@ def run_suite(suite: str, edits: list[Edit] | None = None, name: str = "clean", 
     code, output = run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *extra], sglang_root=root,
                               mutant=name if edits else "", timeout=timeout)
     wall = time.time() - started
-    rows = [json.loads(line) for path in sorted(report_dir.glob("examples*.jsonl"))
-            for line in path.read_text().splitlines()]
+    rows = load(report_dir, "examples")
     rows.sort(key=lambda row: row["ts"])
     # Findings kept as strict expected failures are not detections.
     failing = [row for row in rows if row["verdict"] in ("fail", "error") and not row["suite"].endswith("_findings")]

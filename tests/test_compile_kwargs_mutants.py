@@ -2,7 +2,6 @@
 installed SGLang; the suite must fail naming the broken contract. Clean SGLang must pass."""
 from __future__ import annotations
 
-
 import pytest
 
 from harness.record import read_records

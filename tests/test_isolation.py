@@ -2,9 +2,9 @@
 running (drawn values, stack of a hang), and the run goes on to the next test."""
 from __future__ import annotations
 
-import json
-
 from harness.mutants import run_pytest
+from harness.record import read_records
+from reports.summary import load
 
 
 def test_a_segfault_and_a_hang_are_recorded_with_their_examples_and_the_run_goes_on(tmp_path):
@@ -12,11 +12,11 @@ def test_a_segfault_and_a_hang_are_recorded_with_their_examples_and_the_run_goes
                                "5", "--report-dir", str(tmp_path), "--max-worker-restart", "4",
                                "--hypothesis-seed", "3"], timeout=300)
     assert code == 1, output[-3000:]
-    failures = {row["oracle"]: row for row in map(json.loads, (tmp_path / "failures.jsonl").read_text().splitlines())}
+    failures = {row["oracle"]: row for row in read_records(tmp_path / "failures.jsonl")}
     assert failures["crash"]["drawn"] == {"n": 3, "kind": "segfault"}, failures
     assert failures["hang"]["drawn"] == {"n": 4, "kind": "hang"}, failures
     assert "time.sleep" in failures["hang"]["details"]["stacks"] or "test_hangs_when_n_is_four" in \
         failures["hang"]["details"]["stacks"]
-    after = [json.loads(line) for path in tmp_path.glob("examples*.jsonl") for line in path.read_text().splitlines()]
+    after = load(tmp_path, "examples")
     assert any(row["drawn"].get("kind") == "after" and row["verdict"] == "pass" for row in after), output[-3000:]
     assert "1 passed" in output and "2 failed" in output, output[-2000:]

@@ -13,7 +13,7 @@ from harness.errors import HarnessError
 from harness.mutants import run_pytest
 from harness.versions import require_sglang
 from reports.summary import load
-from tests.mutant_runs import run_suite_on_mutant
+from tests.mutant_runs import failure_records, run_suite_on_mutant
 from tests.test_compile_kwargs_mutants import MUTANTS, SUITE
 
 
@@ -57,14 +57,14 @@ def test_records_of_a_killed_run_are_kept_up_to_the_torn_line(tmp_path):
 def test_the_replay_command_of_a_failure_replays_it(tmp_path):
     edits, oracle, diagnosis = MUTANTS["oot_hooks_ignored"]
     first, _ = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "first")
-    failure = json.loads((tmp_path / "first" / "failures.jsonl").read_text().splitlines()[0])
+    failure = failure_records(tmp_path / "first")[0]
     assert first == 1 and {"seed", "sglang", "torch", "drawn", "replay"} <= failure.keys()
     words = shlex.split(failure["replay"])
     assert words[:3] == ["python", "-m", "pytest"]
     replay_dir = tmp_path / "replay"
     words[words.index("--report-dir") + 1] = str(replay_dir)
     again, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, replay_dir, extra=tuple(words[4:]))
-    replayed = json.loads((replay_dir / "failures.jsonl").read_text().splitlines()[0])
+    replayed = failure_records(replay_dir)[0]
     assert again == 1 and replayed["oracle"] == oracle and diagnosis in replayed["diagnosis"], output[-2000:]
 
 
@@ -108,7 +108,7 @@ def test_a_failure_found_on_one_machine_replays_on_another_through_redis(redis_u
     again, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "b",
                                         extra=("--example-db", redis_url, "--profile", "repro"))
     assert found == 1 and again == 1, output[-2000:]
-    replayed = json.loads((tmp_path / "b" / "failures.jsonl").read_text().splitlines()[0])
+    replayed = failure_records(tmp_path / "b")[0]
     assert replayed["oracle"] == oracle and replayed["profile"] == "repro"
 
 
@@ -117,8 +117,7 @@ def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path)
     for name, extra in (("first", ()), ("again-under-xdist", ("-n", "1"))):
         code, output = run_pytest([SUITE, "--report-dir", str(tmp_path / name), *extra])
         assert code == 0, output[-2000:]
-        rows = [json.loads(line) for path in sorted((tmp_path / name).glob("examples*.jsonl"))
-                for line in path.read_text().splitlines()]
+        rows = load(tmp_path / name, "examples")
         runs.append([(row["drawn"], row["verdict"]) for row in rows])
     assert len(runs[0]) >= 40 and runs[0] == runs[1]
 
@@ -128,7 +127,7 @@ def test_a_failure_under_xdist_is_reported_with_its_properties(tmp_path):
     edits, oracle, _ = MUTANTS["oot_hooks_ignored"]
     code, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path, extra=("-n", "1"))
     assert code in (1, 2) and "INTERNALERROR" not in output, output[-3000:]  # 2: xdist stopped on -x
-    failure = json.loads((tmp_path / "failures.jsonl").read_text().splitlines()[0])
+    failure = failure_records(tmp_path)[0]
     assert failure["oracle"] == oracle
     junit = (tmp_path / "junit.xml").read_text()
     assert 'name="oracle" value="hook-contract"' in junit and 'name="replay"' in junit, junit[-2000:]

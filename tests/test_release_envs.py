@@ -14,6 +14,9 @@ have them, so each case skips, naming the missing environment. A skip here prove
 """
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -72,10 +75,6 @@ BUG1_TREES = {"2495c02c": "bug 1", "70c71ba1": "AlwaysHitShapeEnv only", "4ed698
 
 @pytest.mark.parametrize("commit", sorted(BUG1_TREES))
 def test_gate_matches_bug1_history(commit, tmp_path):
-    import os
-    import subprocess
-    from pathlib import Path
-
     tree = Path(os.environ.get("HARNESS_SGLANG_TREES", "/tmp")) / f"sglang-{commit}"
     if not (tree / "python" / "sglang").is_dir():
         pytest.skip(f"no SGLang tree at {tree} (set HARNESS_SGLANG_TREES; built by hand, not in CI)")

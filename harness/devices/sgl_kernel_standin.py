@@ -130,4 +130,3 @@ def ensure(platform: str = "cpu") -> Optional[str]:
 
 def installed() -> bool:
     return _state["installed"] is not None
-

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import os
 import socket
@@ -76,8 +77,7 @@ def resolve_layout() -> Layout:
         return dataclasses.replace(LAYOUT_0_5_14, name="none", skip_reason=f"sglang is not importable: {e}")
     version = getattr(sglang, "__version__", "?")
     if module_exists(LAYOUT_0_5_14.runner_module):
-        if not (module_exists("sglang.srt.model_executor.cuda_graph_config")
-                and (_publishes_through_runtime_context() or _has_scheduler_global_server_args())):
+        if not (module_exists("sglang.srt.model_executor.cuda_graph_config") and can_publish_config()):
             return dataclasses.replace(LAYOUT_0_5_14, skip_reason=(
                 f"sglang {version} has the 0.5.14+ runner layout but neither runtime_context.publish nor "
                 "server_args.set_global_server_args_for_scheduler to publish config through"))
@@ -91,16 +91,34 @@ def resolve_layout() -> Layout:
         f"nor at {decode_runner_pre14.RUNNER_MODULE}"))
 
 
-def _publishes_through_runtime_context() -> bool:
-    """0.5.19+ publish config through `runtime_context.publish`; 0.5.14 (a runtime_context without `publish`) and
-    main trees of May-June 2026 (no runtime_context) read the scheduler's global server args instead."""
+def runtime_context() -> Optional[Any]:
+    """`sglang.srt.runtime_context` (0.5.14 and later releases), or None: main trees of May-June 2026 have none."""
     if not module_exists("sglang.srt.runtime_context"):
+        return None
+    return importlib.import_module("sglang.srt.runtime_context")
+
+
+def _scheduler_global_server_args_setter() -> Optional[Callable]:
+    return getattr(importlib.import_module("sglang.srt.server_args"), "set_global_server_args_for_scheduler", None)
+
+
+def can_publish_config() -> bool:
+    """Whether `publish_server_args` has a way to publish on the installed SGLang."""
+    return hasattr(runtime_context(), "publish") or _scheduler_global_server_args_setter() is not None
+
+
+def publish_server_args(server_args) -> bool:
+    """Publish `server_args` (last publish wins), as the decode and prefill adapters both do: through
+    `runtime_context.publish` where it exists (0.5.19+; returns True), else as the scheduler's global server args
+    (0.5.14 and main trees without runtime_context, whose runner reads `model_runner.server_args`; returns False)."""
+    context = runtime_context()
+    if not hasattr(context, "publish"):
+        _scheduler_global_server_args_setter()(server_args)  # keeps this object: later edits are seen
         return False
-    return hasattr(importlib.import_module("sglang.srt.runtime_context"), "publish")
-
-
-def _has_scheduler_global_server_args() -> bool:
-    return hasattr(importlib.import_module("sglang.srt.server_args"), "set_global_server_args_for_scheduler")
+    spawn_ranks = getattr(context, "SpawnRanks", None)  # 0.5.2x reads ranks from a launcher bundle
+    ranks = {"ranks": spawn_ranks(world_rank=0, gpu_id=0)} if spawn_ranks is not None else {}
+    context.publish(server_args, role="test", **ranks)
+    return True
 
 
 def load(layout: Layout, module: str, name: str):
@@ -121,9 +139,7 @@ def _free_port() -> int:
 
 def publish_config(*, capture_bs: Sequence[int], max_running_requests: int, enable_torch_compile: bool,
                    torch_compile_max_bs: int, device: str = "cpu", lora: bool = False) -> Any:
-    """Publish a ServerArgs for this case (last publish wins): through `runtime_context.publish` where it exists,
-    else as the scheduler's global server args (0.5.14 and main trees without runtime_context), as the prefill
-    adapter does."""
+    """Publish a ServerArgs for this case (`publish_server_args`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # "dummy" must never be looked up on the Hub
     from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
     from sglang.srt.server_args import ServerArgs
@@ -136,21 +152,10 @@ def publish_config(*, capture_bs: Sequence[int], max_running_requests: int, enab
         torch_compile_max_bs=torch_compile_max_bs,
         max_running_requests=max_running_requests,
     )
-    if not _publishes_through_runtime_context():
-        # No published config namespaces: the runner reads `model_runner.server_args`, other code the scheduler's
-        # global server args.
-        from sglang.srt.server_args import set_global_server_args_for_scheduler
-
+    if not publish_server_args(server_args):
         # Their decode runner decides on LoRA from `server_args.enable_lora` (0.5.2x: a LoRA manager being there);
         # set past the parser, which would want adapter paths.
         server_args.enable_lora = bool(lora)
-        set_global_server_args_for_scheduler(server_args)
-        return server_args
-    from sglang.srt import runtime_context
-
-    spawn_ranks = getattr(runtime_context, "SpawnRanks", None)  # 0.5.2x reads ranks from a launcher bundle
-    ranks = {"ranks": spawn_ranks(world_rank=0, gpu_id=0)} if spawn_ranks is not None else {}
-    runtime_context.publish(server_args, role="test", **ranks)
     return server_args
 
 
@@ -566,11 +571,9 @@ class DecodeTarget:
         """What SGLang's `ModelRunner._forward_raw` wraps `execute` in up to 0.5.1x (whose `forward_context` takes no
         batch): a forward context with the runner's attention backend, unless one is active. From 0.5.2x the decode
         runner's `run_once` enters its own and `_forward_raw` does not: nothing to add."""
-        import inspect
-
         from sglang.srt.model_executor.forward_context import ForwardContext, forward_context, has_forward_context
 
-        if "forward_batch" in inspect.signature(forward_context).parameters or has_forward_context():
+        if _forward_context_takes_batch() or has_forward_context():
             return contextlib.nullcontext()
         return forward_context(ForwardContext(attn_backend=self.model_runner.attn_backend))
 
@@ -586,13 +589,20 @@ class DecodeTarget:
 
     def _eager_context(self, fb):
         """How the release hands the eager attention backend to the model: SGLang's forward context."""
-        import inspect
-
         from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
 
-        takes_batch = "forward_batch" in inspect.signature(forward_context).parameters  # 0.5.2x
         return forward_context(ForwardContext(attn_backend=self.eager_attn_backend),
-                               **({"forward_batch": fb} if takes_batch else {}))
+                               **({"forward_batch": fb} if _forward_context_takes_batch() else {}))
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_context_takes_batch() -> bool:
+    """Whether SGLang's `forward_context` takes the batch (0.5.2x); asked once, not on every replay."""
+    import inspect
+
+    from sglang.srt.model_executor.forward_context import forward_context
+
+    return "forward_batch" in inspect.signature(forward_context).parameters
 
 
 def make_target(case: DecodeCase, *, layout: Optional[Layout] = None, **kwargs) -> DecodeTarget:

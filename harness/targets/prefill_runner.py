@@ -35,7 +35,8 @@ import torch
 
 from harness.errors import PathMissing
 from harness.targets import module_exists
-from harness.targets.decode_runner import ensure_tp_group  # one gloo TP group per process, shared
+# One gloo TP group per process and one way of publishing config, shared with the decode adapter
+from harness.targets.decode_runner import can_publish_config, ensure_tp_group, publish_server_args, runtime_context
 from harness.versions import sglang_version
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
 
@@ -109,8 +110,7 @@ def resolve_layout() -> Layout:
     if missing:
         return dataclasses.replace(layout, name="unknown", skip_reason=(
             f"sglang {version}: the prefill graph path is incomplete, missing module(s) {', '.join(missing)}"))
-    if not module_exists("sglang.srt.runtime_context") and not hasattr(
-            importlib.import_module("sglang.srt.server_args"), "set_global_server_args_for_scheduler"):
+    if not can_publish_config():
         return dataclasses.replace(layout, skip_reason=(
             f"sglang {version} has the 0.5.14+ runner layout but neither runtime_context.publish nor "
             "server_args.set_global_server_args_for_scheduler to publish config through"))
@@ -197,16 +197,8 @@ class PrefillCase:
         return "record"
 
 
-def _runtime_context() -> Optional[Any]:
-    """`sglang.srt.runtime_context` (0.5.14+ releases), or None: main trees of mid-2026 have none."""
-    if not module_exists("sglang.srt.runtime_context"):
-        return None
-    return importlib.import_module("sglang.srt.runtime_context")
-
-
 def publish_config(case: PrefillCase) -> Any:
     """Publish a ServerArgs whose prefill phase uses `case.backend` (tc_piecewise set past the parser)."""
-    runtime_context = _runtime_context()
     from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
     from sglang.srt.server_args import ServerArgs
 
@@ -222,12 +214,9 @@ def publish_config(case: PrefillCase) -> Any:
         max_running_requests=case.max_requests, chunked_prefill_size=max(case.capture_tokens),
         disable_radix_cache=True, disable_chunked_prefix_cache=True,
     )
-    if not hasattr(runtime_context, "publish"):
+    if not publish_server_args(server_args):
         # 0.5.14 to 0.5.1x and main trees without runtime_context: no published config namespaces; the runner
-        # and the backends read `model_runner.server_args.cuda_graph_config`, other code the scheduler's global server args.
-        from sglang.srt.server_args import set_global_server_args_for_scheduler
-
-        set_global_server_args_for_scheduler(server_args)
+        # and the backends read `model_runner.server_args.cuda_graph_config`.
         # Their EagerRunner sizes its static input buffers by chunked_prefill_size; the suite sends batches beyond
         # the largest capture (the eager fallback) up to the context length, as a larger chunk size would.
         server_args.chunked_prefill_size = max(case.max_context, max(case.capture_tokens))
@@ -235,12 +224,8 @@ def publish_config(case: PrefillCase) -> Any:
             server_args.cuda_graph_config.prefill.backend = "tc_piecewise"
             server_args.cuda_graph_config.prefill.tc_compiler = case.compiler
         return server_args
-    # 0.5.2x reads ranks from a launcher bundle; earlier releases read them from the process groups.
-    spawn_ranks = getattr(runtime_context, "SpawnRanks", None)
-    ranks = {"ranks": spawn_ranks(world_rank=0, gpu_id=0)} if spawn_ranks is not None else {}
-    runtime_context.publish(server_args, role="test", **ranks)
     if case.backend == "tc_piecewise":
-        live = runtime_context.get_exec().graph.cuda_graph_config.prefill
+        live = runtime_context().get_exec().graph.cuda_graph_config.prefill
         live.backend = "tc_piecewise"
         live.tc_compiler = case.compiler
     return server_args
@@ -495,7 +480,7 @@ def _tc_piecewise_resolution(layout: Layout, case: PrefillCase):
     TcPiecewiseCudaGraphBackend for 'tc_piecewise' (0.5.23's resolver raises for that name)."""
     runner_module = load(layout, "runner_module")
     original = runner_module.resolve_prefill_backend
-    if case.backend != "tc_piecewise" or not hasattr(_runtime_context(), "get_exec"):
+    if case.backend != "tc_piecewise" or not hasattr(runtime_context(), "get_exec"):
         yield  # up to 0.5.1x the config still offers tc_piecewise: SGLang's own resolver builds it
         return
     backend_class = load(layout, "tc_backend_module", layout.tc_backend_class)
@@ -590,7 +575,7 @@ def state_probes(layout: Layout) -> dict:
         "forward_context.active": (has_forward_context, False),
         "device.stream_capturing": (cpu.is_current_stream_capturing, False),
     }
-    get_flags = getattr(_runtime_context(), "get_flags", None)  # absent up to 0.5.1x
+    get_flags = getattr(runtime_context(), "get_flags", None)  # absent up to 0.5.1x
     if get_flags is not None and hasattr(get_flags().dp, "capturing_prefill_graph"):  # 0.5.2x
         probes["dp_flags.capturing_prefill_graph"] = (lambda: get_flags().dp.capturing_prefill_graph, False)
     return probes
