@@ -24,6 +24,14 @@ def require_sglang() -> str:
     return list(spec.submodule_search_locations)[0]
 
 
+def module_exists(name: str) -> bool:
+    """Whether the installed SGLang has module `name`; False also when a parent package fails to import."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _dist_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)

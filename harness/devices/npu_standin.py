@@ -79,7 +79,7 @@ def install_into(patches) -> None:
     """
     import importlib
 
-    from harness.targets import module_exists
+    from harness.versions import module_exists
 
     for name in NPU_MODULES:
         if module_exists(name):  # each release has some of them

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble
-from harness.targets import module_exists
+from harness.versions import module_exists
 
 # ---------------------------------------------------------------------------------------------------------------
 # Layouts

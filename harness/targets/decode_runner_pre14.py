@@ -47,7 +47,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from harness.models.decode_model import bind_sglang_hooks
-from harness.targets import decode_runner, module_exists
+from harness.targets import decode_runner
+from harness.versions import module_exists
 
 RUNNER_MODULE = "sglang.srt.model_executor.cuda_graph_runner"
 NPU_RUNNER_MODULE = "sglang.srt.hardware_backend.npu.graph_runner.npu_graph_runner"

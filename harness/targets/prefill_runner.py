@@ -34,7 +34,7 @@ from typing import Any, Optional
 import torch
 
 from harness.errors import PathMissing
-from harness.targets import module_exists
+from harness.versions import module_exists
 # One gloo TP group per process and one way of publishing config, shared with the decode adapter
 from harness.targets.decode_runner import can_publish_config, ensure_tp_group, publish_server_args, runtime_context
 from harness.versions import sglang_version
