@@ -31,7 +31,7 @@ def bench_replays(replays: int, device_name: str = "cpu") -> None:
     import dataclasses
 
     from harness.devices import get_device, prepare
-    from harness.targets import decode_runner as dr
+    from harness.targets import decode as dr
 
     prepare(device_name)
     device = get_device(device_name)
@@ -43,7 +43,7 @@ def bench_replays(replays: int, device_name: str = "cpu") -> None:
                                  torch_compile_max_bs=8)
             if compile_ and "compile_backend" in {f.name for f in dataclasses.fields(case)}:
                 case = dataclasses.replace(case, compile_backend=backend)
-            target = dr.make_target(case, personality=personality, device=device.torch_device)
+            target = dr.load().make_target(case, personality=personality, device=device.torch_device)
             batch = dr.DecodeBatch(input_ids=[1, 2, 3], positions=[4, 5, 6], seq_lens=[7, 8, 9])
             for _ in range(5):
                 target.replay(batch)

@@ -26,9 +26,13 @@ def _missing_reason(name: str) -> str | None:
         except PathMissing as missing:
             return str(missing)
         return None
-    module = importlib.import_module("harness.targets." + {"decode_capture": "decode_runner",
-                                                           "prefill_pcg": "prefill_runner"}[name])
-    return module.resolve_layout().skip_reason
+    module = importlib.import_module("harness.targets." + {"decode_capture": "decode",
+                                                           "prefill_pcg": "prefill"}[name])
+    try:
+        module.load()
+    except PathMissing as missing:
+        return str(missing)
+    return None
 
 
 def _pytest(args: list[str]) -> int:

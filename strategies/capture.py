@@ -14,7 +14,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from harness.models.decode_model import LORA_SCALES
-from harness.targets.decode_runner import DecodeBatch, DecodeCase
+from harness.targets.decode import DecodeBatch, DecodeCase
 
 MAX_CAPTURE_BS = 12  # small sizes keep a capture under a second on two cores
 ADAPTERS = sorted(k for k in LORA_SCALES if k is not None)
@@ -71,6 +71,14 @@ def replay_batches(draw, capture_bs: list[int], *, lora: bool, max_batches: int 
         mode = draw(st.sampled_from(["DECODE"] * 5 + ["IDLE"]))
         batches.append(draw(decode_batch(draw(replay_sizes(capture_bs)), lora=lora, forward_mode=mode)))
     return batches
+
+
+def compile_probe_batch(size: int, *, lora: bool) -> DecodeBatch:
+    """A fixed batch of `size` rows (every adapter, with LoRA) for calling a compiled forward outside capture."""
+    return DecodeBatch(input_ids=[(7 * i + 3) % 50 for i in range(size)],
+                       positions=[(5 * i + 1) % 100 for i in range(size)],
+                       seq_lens=[(3 * i + 2) % 100 + 1 for i in range(size)],
+                       lora_ids=[([None] + ADAPTERS)[i % 4] for i in range(size)] if lora else None)
 
 
 def personalities() -> st.SearchStrategy[str]:

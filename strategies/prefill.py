@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from harness.conditions import narrow
-from harness.targets.prefill_runner import Batch, PrefillCase, Request
+from harness.targets.prefill import Batch, PrefillCase, Request
 
 MAX_REQUESTS = 8  # req_to_token rows; row 0 is the padding row, so up to 7 requests
 MAX_CONTEXT = 64

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from harness.devices import get_device
+from harness.errors import PathMissing
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
 from harness.oracles.recompile import RecompileWatcher
@@ -16,17 +17,16 @@ from harness.profiles import suite_settings
 from harness.record import example
 from harness.oracles.decode_replay import check_compiled_forwards_match_eager, check_replays_match_eager
 from harness.oracles.patch_contract import check_patch_model_contract
-from harness.targets import decode_runner
-from strategies.capture import decode_cases, replay_batches
-
+from harness.targets import decode
+from strategies.capture import compile_probe_batch, decode_cases, replay_batches
 
 
 @pytest.fixture(scope="module")
 def layout():
-    found = decode_runner.resolve_layout()
-    if found.skip_reason:
-        pytest.skip(found.skip_reason)
-    return found
+    try:
+        return decode.load()
+    except PathMissing as missing:
+        pytest.skip(str(missing))
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +62,15 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
     hooks = HookRecorder()
     mode = capture_mode_for(case)
     device.reset()
-    decode_runner.fresh_dynamo_when_compiler_changes(case, personality)
+    decode.fresh_dynamo_when_compiler_changes(case, personality)
     with device.capture_mode(mode), RecompileWatcher("decode forward") as watcher:
-        target = decode_runner.make_target(case, personality=personality, device=device.torch_device,
-                                           hooks=hooks, layout=layout)
+        target = layout.make_target(case, personality=personality, device=device.torch_device, hooks=hooks)
         if layout.note:
             ex.note("layout", layout.note)
         if target.dropped_options:
             ex.note("dropped_options", f"{target.dropped_options}: SGLang {layout.name} has no such option; "
                                        "the case ran without it")
-        check_compiled_forwards_match_eager(target, exact=case.compile_backend == "eager")
+        check_compiled_forwards_match_eager(target, compile_probe_batch, exact=case.compile_backend == "eager")
         watcher.arm()
         ex.note("capture_bs", target.capture_bs)
         ex.note("compile_bs", target.compile_bs)

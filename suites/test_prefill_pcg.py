@@ -22,9 +22,10 @@ from harness.oracles import OracleFailure
 from harness.oracles.process_state import check_at_rest
 from harness.profiles import suite_settings
 from harness.record import example
-from harness.targets import prefill_runner as target
-from harness.targets.prefill_runner import Batch, PrefillCase, Request
-from harness.targets.prefill_session import GRAPH_MODES, PrefillSession
+from harness.targets import prefill
+from harness.targets.prefill import Batch, PrefillCase, Request
+from harness.targets.prefill.session import GRAPH_MODES, PrefillSession
+from harness.versions import sglang_version
 from strategies import prefill as draw
 
 GRID = (4, 8, 16)
@@ -45,7 +46,7 @@ def prefill_path(device_name):
         pytest.skip(f"the prefill suite drives SGLang's prefill runner on the cpu virtual device only (its graph "
                     f"ledger and capture modes are the device layer's); --device {device_name} is not ported yet")
     try:
-        layout = target.require_layout()
+        layout = prefill.load()
     except PathMissing as missing:
         pytest.skip(str(missing))
     yield layout
@@ -57,7 +58,7 @@ def _mode(name):
 
 
 def _layout():
-    return target.require_layout()
+    return prefill.load()
 
 
 def refusal(error: BaseException) -> str | None:
@@ -76,7 +77,7 @@ def refusal(error: BaseException) -> str | None:
 def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: bool = False):
     """One forward and its oracles; SGLang's own refusal of a mode it has no graph for is expected behaviour."""
     if session.case.backend == "tc_piecewise":
-        ex.note("tc_piecewise", target.note(session.layout))
+        ex.note("tc_piecewise", session.layout.note)
     session.check_capture()
     outcome = session.step(batch, ex, reuse_history=reuse_history)
     mode = batch.forward_mode.name
@@ -132,7 +133,7 @@ def test_refused_forward_mode_takes_sglang_path(mode):
     """Bad input: a mode the runner has no graph for ends in SGLang's eager runner or SGLang's own error."""
     layout = _layout()
     if mode not in layout.refused_modes:
-        pytest.skip(f"SGLang {target.sglang_version()} ({layout.name}): the runner does not refuse {mode}; this "
+        pytest.skip(f"SGLang {sglang_version()} ({layout.name}): the runner does not refuse {mode}; this "
                     f"configuration never hands it one (layout.unproduced_modes)")
     local = _mode(mode)
     batch = Batch(() if mode == "IDLE" else (
@@ -158,7 +159,7 @@ def test_piecewise_inductor_pieces(data):
 def replay_case(drawn: dict) -> None:
     """One recorded example (the `drawn` dict `harness.record.example` wrote), without Hypothesis or pytest: what
     repro scripts and pinned regressions call. Raises the oracle's failure (an AssertionError) when it fails."""
-    target.require_layout()  # before SGLang is imported (older releases need the device layer's stand-ins)
+    prefill.load()  # before SGLang is imported (older releases need the device layer's stand-ins)
     case = PrefillCase(backend=drawn.get("backend") or "tc_piecewise",
                        capture_tokens=tuple(drawn.get("capture_tokens") or GRID),
                        compiler=drawn.get("compiler") or "eager")
@@ -177,7 +178,7 @@ def replay_case(drawn: dict) -> None:
 def test_live_backends(backend, data):
     """breakable and full, chosen through the config as a server would; no torch.compile, so global_forward_mode
     is drawn from every mode and None."""
-    gap = target.backend_gap(_layout(), backend)
+    gap = _layout().backend_gap(backend)
     if gap:
         pytest.skip(gap)
     grid = data.draw(draw.capture_grids(max_size=3), label="capture_tokens")
@@ -220,7 +221,7 @@ def test_findings_capture_size_one_never_replays():
     "piecewise capture recompiles for them; only a draft worker / dLLM scheduler produces them"))
 def test_findings_speculative_modes_recompile(mode):
     if mode not in {m.name for m in draw.all_modes()}:
-        pytest.skip(f"SGLang {target.sglang_version()} has no ForwardMode.{mode}")
+        pytest.skip(f"SGLang {sglang_version()} has no ForwardMode.{mode}")
     run_finding(TC_CASE, Batch((Request(1, (3, 5)),), _mode(mode), _mode("EXTEND")))
 
 

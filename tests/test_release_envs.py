@@ -3,7 +3,7 @@
 - Prefill (known bug 2's release history): 0.5.9 passes MIXED through `replay_prepare` and must fail with bug 2's
   diagnosis, found by generated examples; 0.5.10, the first release with the MIXED -> EXTEND normalisation, and
   later ones must pass.
-- Decode on the pre-0.5.14 layout (`harness.targets.decode_runner_pre14`): on 0.5.9 and 0.5.10 the suite must drive
+- Decode on the pre-0.5.14 layout (`harness.targets.decode.v0_5_9`): on 0.5.9 and 0.5.10 the suite must drive
   SGLang's `CudaGraphRunner` / `NPUGraphRunner` (examples run, not skipped) and every capture/replay example must
   pass; a mutant of 0.5.9's `replay` that returns the padded rows must fail the eager oracle.
 - Gate (known bug 1's history on main): `python -m harness gate TREE` on main-branch trees (see BUG1_TREES).
@@ -22,7 +22,7 @@ import pytest
 
 from bench.bench_releases import BUG2_ORACLES, REPO, expected, run_release, sglang_version
 from harness.record import read_records
-from harness.targets.decode_runner_pre14 import NOTE as PRE14_NOTE
+from harness.targets.decode.v0_5_9 import NOTE as PRE14_NOTE
 from tests.mutant_runs import failure_records, run_suite_on_mutant
 
 SUITE = "suites/test_prefill_pcg.py"

@@ -18,7 +18,7 @@ What it exercises, the way SGLang's own layers do:
 - The attention is a split op registered with SGLang's `register_custom_op` + `register_split_op` (as
   `nemotron_mamba2_with_output` is), so SGLang's piecewise backend splits the compiled graph there and the
   op runs eagerly between captured pieces; it reads per-batch metadata that the attention backend double
-  (`harness.targets.prefill_runner.HarnessAttnBackend`) prepared out of graph, and the KV cache (written at
+  (`harness.targets.prefill.base.HarnessAttnBackend`) prepared out of graph, and the KV cache (written at
   `out_cache_loc`, read through `req_to_token`), so stale metadata or stale static buffers change numbers.
   Under the breakable backend it is an eager break (`eager_on_graph`), as SGLang's models mark theirs.
 - The compiled body reads `forward_batch.forward_mode` (prefill or decode code path, as attention layers

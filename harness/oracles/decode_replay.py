@@ -7,29 +7,21 @@ replay's values, or read an input buffer that was not refilled, differs from eag
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
 
 
-def check_compiled_forwards_match_eager(target, *, exact: bool) -> None:
-    """Each compiled forward `patch_model` yielded, called outside capture on a new batch of its size, equals eager.
-
-    In record mode the graph holds the eager ops of a compiled forward (Dynamo does not run under the recording
-    mode), so compiled numerics are checked here, outside capture, as well.
-    """
-    from harness.models.decode_model import LORA_SCALES
-    from harness.targets.decode_runner import DecodeBatch
-
-    adapters = sorted(k for k in LORA_SCALES if k is not None)
+def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exact: bool) -> None:
+    """Each compiled forward `patch_model` yielded, called outside capture on `batch_of_size(n, lora=...)`, equals
+    eager. In record mode the graph holds the eager ops of a compiled forward (Dynamo does not run under the
+    recording mode), so compiled numerics are checked here, outside capture, as well."""
     for entry in target.patch_model_seen:
         if not entry.enable_compile:
             continue
         n = entry.num_tokens
-        batch = DecodeBatch(input_ids=[(7 * i + 3) % 50 for i in range(n)],
-                            positions=[(5 * i + 1) % 100 for i in range(n)],
-                            seq_lens=[(3 * i + 2) % 100 + 1 for i in range(n)],
-                            lora_ids=[([None] + adapters)[i % 4] for i in range(n)] if target.lora_manager else None)
+        batch = batch_of_size(n, lora=target.lora_manager is not None)
         compiled = target.eager(batch, forward=entry.forward).next_token_logits
         expected = target.eager(batch).next_token_logits
         try:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from harness.devices import get_device
+from harness.errors import PathMissing
 from harness.record import example
-from harness.targets import decode_runner
-from harness.targets.decode_runner import DecodeBatch, DecodeCase
+from harness.targets import decode
+from harness.targets.decode import DecodeBatch, DecodeCase
 from suites.test_decode_capture import capture_and_check
 
 CASES = {
@@ -39,9 +40,10 @@ def fixed_batches(case: DecodeCase):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_patch_model_override_is_what_captured(name, device_name):
     personality, case = CASES[name]
-    layout = decode_runner.resolve_layout()
-    if layout.skip_reason:
-        pytest.skip(layout.skip_reason)
+    try:
+        layout = decode.load()
+    except PathMissing as missing:
+        pytest.skip(str(missing))
     if device_name != "cpu" and personality != device_name:
         pytest.skip(f"the {personality} personality runs on the cpu virtual device, not on --device {device_name}")
     device = get_device("cpu" if personality != device_name else device_name)

@@ -30,8 +30,8 @@ from harness.oracles.eager import assert_matches_eager
 from harness.oracles.graph_replay import check_eager_forward, check_graph_forward
 from harness.oracles.process_state import check_at_rest
 from harness.oracles.recompile import RecompileWatcher
-from harness.targets import prefill_runner as target
-from harness.targets.prefill_runner import Batch, PrefillCase, Request
+from harness.targets import prefill
+from harness.targets.prefill.base import Batch, PrefillCase, Request
 
 # Modes whose graph replay must equal an EXTEND capture (the runner normalises MIXED to EXTEND).
 GRAPH_MODES = ("EXTEND", "MIXED")
@@ -67,7 +67,7 @@ class PrefillSession:
     def __init__(self, case: PrefillCase):
         self.case = case
         self.closed = False
-        self.layout = target.require_layout()
+        self.layout = prefill.load()
         self._stack = contextlib.ExitStack()
         try:
             self._stack.enter_context(cpu.install())
@@ -76,12 +76,12 @@ class PrefillSession:
             self.recompiles = self._stack.enter_context(RecompileWatcher("the prefill model's forward"))
             self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
             with self.streams.watching_warnings():
-                self.target = target.make_target(case, self.layout)
+                self.target = self.layout.make_target(case)
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
             self.graphs_per_shape = self.ledger.captured // max(1, len(self.capture_sizes))
             self.capture_compiles = self.recompiles.warmup_compiles
             self.recompiles.arm()
-            self.probes = target.state_probes(self.layout)
+            self.probes = self.target.state_probes()
         except BaseException:
             self._stack.close()
             self.closed = True

@@ -1,64 +1,44 @@
-"""Adapter for SGLang's piecewise graph runner as released in 0.5.9 to 0.5.13 (`PiecewiseCudaGraphRunner` in
-`srt/model_executor/piecewise_cuda_graph_runner.py`): the layout before the 0.5.14 runner refactor.
+"""Prefill layout of SGLang 0.5.9 to 0.5.13: `PiecewiseCudaGraphRunner` in
+`srt/model_executor/piecewise_cuda_graph_runner.py`, before the 0.5.14 runner refactor.
 
-Selected by `harness.targets.prefill_runner.resolve_layout()` (family "piecewise"); the prefill session and suite
-use the same interface as for 0.5.14+ (`PrefillTarget`: `runner.capture_num_tokens`, `forward`, `eager`,
-`can_run_graph`; `state_probes`). Everything that is specific to these releases lives here.
+What runs is SGLang's own: the runner's constructor (`install_torch_compiled` with `SGLangBackend`, the warm-up
+compile of every size, `capture()` with the pieces' `CUDAPiecewiseBackend`), and the dispatch of every forward
+(`ModelRunner._forward_raw` -> `forward_extend` -> `can_run` / `replay` -> `replay_prepare`, or SGLang's eager
+paths). Known bug 2 lives in 0.5.9's `replay_prepare`; 0.5.10 normalises MIXED.
 
-What runs is SGLang's own: the runner's constructor (`install_torch_compiled` on the language model's body with
-`SGLangBackend`, the warm-up compile of every size, then `capture()` inside `graph_capture()` and
-`set_pcg_capture_stream`, the pieces' `CUDAPiecewiseBackend` capturing on the virtual device), and the dispatch
-of every forward (`ModelRunner._forward_raw` -> `forward_extend` -> `PiecewiseCudaGraphRunner.can_run` /
-`replay` -> `replay_prepare`, or SGLang's eager `forward_decode` / `forward_idle` / `forward_split_prefill`).
-Known bug 2 lives in `replay_prepare` of 0.5.9 (both forward-mode fields passed through); 0.5.10 normalises MIXED.
-
-How these releases differ from 0.5.14+, handled here:
-- Config: no `runtime_context` / `CudaGraphConfig`; the runner reads `server_args.piecewise_cuda_graph_tokens`
-  and `piecewise_cuda_graph_compiler`. ServerArgs on a CPU disables PCG (0.5.10+: `is_cpu()`), which only the
-  model runner's `init_piecewise_cuda_graphs` consults; the harness constructs the runner directly, as that
-  method does, and sets the two fields past the parser (recorded as a note).
-- Process state: `srt/compilation/piecewise_context_manager.py` (capture stream, the "in piecewise graph" and
-  "in PCG compile" flags, its own forward context); 0.5.9 also gates the compiled forward with the
-  `compile._COMPILE_ENABLED` context variable (`set_compiled`).
-- The runner has only the torch.compile piecewise path (no breakable/full backends) and checks only the token
-  count (`can_run`), not the mode: every extend-family mode `_forward_raw` routes to `forward_extend` replays the
-  EXTEND capture. The server disables PCG with speculative decoding or dLLM (0.5.10+ `_handle_piecewise_cuda_graph`;
-  a draft worker never builds one), so TARGET_VERIFY, DRAFT_EXTEND(_V2) and DLLM_EXTEND never reach it there:
-  `UNPRODUCED_MODES`. The modes this runner refuses (SGLang's eager path or its own error): `REFUSED_MODES`.
-- `sgl_kernel` is imported unconditionally (memory_pool_host.py): the device layer's import-time stand-in
-  (`harness.devices.sgl_kernel_standin`) when the real package cannot load.
-- The attention split op finds its backend through the batch of the piecewise forward context, or the model
-  runner's backend on SGLang's eager path (these releases set no forward context there).
+What differs from 0.5.14+: config is `server_args.piecewise_cuda_graph_tokens` / `piecewise_cuda_graph_compiler`
+(set past the parser, which disables PCG on a CPU; the harness constructs the runner directly: `NOTE`); process
+state lives in `compilation/piecewise_context_manager.py` (0.5.9 also gates the compiled forward with
+`compile._COMPILE_ENABLED`); only the torch.compile piecewise backend; `can_run` checks the token count only, so
+every extend-family mode replays the EXTEND capture (the server disables PCG with speculative decoding or dLLM:
+`unproduced_modes`); `sgl_kernel` is imported unconditionally (the device layer's stand-in); the attention op finds
+its backend through the piecewise forward context's batch, or the model runner's on SGLang's eager path.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
+from harness.devices import sgl_kernel_standin
+from harness.errors import PathMissing
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, bind_sglang_hooks
+from harness.targets.prefill.base import (
+    KvCache, Layout, PrefillTarget, build_forward_batch, make_attention_backend_class,
+)
+from harness.targets.sglang_plumbing import ensure_tp_group, load
+from harness.versions import module_exists, sglang_version
 
 RUNNER_MODULE = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
 CONTEXT_MODULE = "sglang.srt.compilation.piecewise_context_manager"
 COMPILE_MODULE = "sglang.srt.compilation.compile"
 REQUIRED = (RUNNER_MODULE, CONTEXT_MODULE, COMPILE_MODULE, "sglang.srt.compilation.backend",
             "sglang.srt.compilation.cuda_piecewise_backend", "sglang.srt.model_executor.model_runner")
-BACKENDS = ("tc_piecewise",)
-REFUSED_MODES = ("DECODE", "IDLE", "SPLIT_PREFILL", "PREBUILT")
-UNPRODUCED_MODES = ("TARGET_VERIFY", "DRAFT_EXTEND", "DRAFT_EXTEND_V2", "DLLM_EXTEND")
-TC_PIECEWISE_NOTE = ("SGLang <= 0.5.13: the harness constructs PiecewiseCudaGraphRunner directly (as "
-                     "ModelRunner.init_piecewise_cuda_graphs does) with server_args.piecewise_cuda_graph_tokens / "
-                     "piecewise_cuda_graph_compiler set past the parser (ServerArgs disables PCG on a CPU)")
-
-
-def prepare_imports() -> str | None:
-    """Before any SGLang graph-runner import: the sgl_kernel stand-in where the real package cannot load."""
-    from harness.devices import sgl_kernel_standin
-
-    return sgl_kernel_standin.ensure()
+NOTE = ("SGLang <= 0.5.13: the harness constructs PiecewiseCudaGraphRunner directly (as "
+        "ModelRunner.init_piecewise_cuda_graphs does) with server_args.piecewise_cuda_graph_tokens / "
+        "piecewise_cuda_graph_compiler set past the parser (ServerArgs disables PCG on a CPU)")
 
 
 def make_server_args(case) -> Any:
@@ -116,7 +96,7 @@ def make_model_runner(model, attn_backend, kv, server_args, case):
 def _attention_backend_of_forward(fallback):
     """The attention backend of the running forward: the piecewise forward context's batch (capture, replay),
     else the model runner's (SGLang's eager path sets no context in these releases)."""
-    context = importlib.import_module(CONTEXT_MODULE)
+    context = load(CONTEXT_MODULE)
 
     def attn_backend():
         forward_context = context.get_forward_context()
@@ -135,36 +115,23 @@ def _no_breakable():
     return None
 
 
-class PrefillTarget:
-    """Builds the doubles and constructs the real <= 0.5.13 runner (which compiles and captures).
+class Target(PrefillTarget):
+    """Builds the doubles and constructs the real <= 0.5.13 runner (which compiles and captures)."""
 
-    Use inside the virtual device (`harness.devices.cpu.install()`), which must stay installed while replaying.
-    """
-
-    def __init__(self, case, layout):
-        from harness.targets import prefill_runner as common
-
-        if case.backend not in BACKENDS:
-            raise ValueError(f"backend {case.backend!r}: SGLang <= 0.5.13 has only the piecewise runner "
-                             f"(tc_piecewise); see harness.targets.prefill_runner_pre14")
-        prepare_imports()
-        self.layout = layout
-        self.case = case
+    def __init__(self, case, layout: Layout):
+        super().__init__(case, layout)
         self.server_args = make_server_args(case)
-        common.ensure_tp_group()
-        self.kv = common.KvCache(case.max_requests, case.max_context)
-        self.attn_backend = common.make_attention_backend_class()(self.kv)
+        ensure_tp_group()
+        self.kv = KvCache(case.max_requests, case.max_context)
+        self.attn_backend = make_attention_backend_class()(self.kv)
         bind_sglang_hooks(attn_backend=_attention_backend_of_forward(self.attn_backend), in_breakable=_never,
                           eager_on_graph=_no_breakable)
         self.model = PrefillForCausalLM()
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
-        runner_class = getattr(importlib.import_module(RUNNER_MODULE), "PiecewiseCudaGraphRunner")
-        self.runner = runner_class(self.model_runner)
+        self.runner = load(RUNNER_MODULE, "PiecewiseCudaGraphRunner")(self.model_runner)
         self.model_runner.piecewise_cuda_graph_runner = self.runner
 
     def _forward_batch(self, batch):
-        from harness.targets.prefill_runner import build_forward_batch
-
         forward_batch = build_forward_batch(batch, self.kv)
         # what ScheduleBatch -> ForwardBatch.init_new binds in these releases
         forward_batch.req_to_token_pool = self.model_runner.req_to_token_pool
@@ -172,14 +139,11 @@ class PrefillTarget:
         return forward_batch
 
     def forward(self, batch):
-        """SGLang's own dispatch (`ModelRunner._forward_raw`: the piecewise replay when `can_run`, else SGLang's
-        eager path). Returns (logits tensor, whether the graph path ran, the ForwardBatch)."""
         forward_batch = self._forward_batch(batch)
         out = type(self.model_runner)._forward_raw(self.model_runner, forward_batch, False, None)
         return out.logits_output.next_token_logits, bool(out.can_run_graph), forward_batch
 
     def eager(self, batch) -> torch.Tensor:
-        """The model's own forward on the real batch, no graph and no compile: the eager reference."""
         forward_batch = self._forward_batch(batch)
         self.attn_backend.init_forward_metadata(forward_batch)
         with _compiled_forward_off():
@@ -188,30 +152,46 @@ class PrefillTarget:
     def can_run_graph(self, batch) -> bool:
         return bool(self.runner.can_run(self._forward_batch(batch)))
 
+    def state_probes(self) -> dict:
+        from harness.devices import cpu
+
+        context = load(CONTEXT_MODULE)
+        compile_module = load(COMPILE_MODULE)
+
+        probes = {
+            "piecewise_context.pcg_capture_stream": (context.get_pcg_capture_stream, None),
+            "piecewise_context.in_piecewise_cuda_graph": (context.is_in_piecewise_cuda_graph, False),
+            "piecewise_context.in_pcg_torch_compile": (context.is_in_pcg_torch_compile, False),
+            "piecewise_context.forward_context": (context.get_forward_context, None),
+            "device.stream_capturing": (cpu.is_current_stream_capturing, False),
+        }
+        enabled = getattr(compile_module, "_COMPILE_ENABLED", None)  # 0.5.9: set_compiled's context variable
+        if enabled is not None:
+            probes["compile.compile_enabled"] = (enabled.get, False)
+        return probes
+
 
 @contextlib.contextmanager
 def _compiled_forward_off():
     """The eager reference runs the original forward: outside every gate of the compiled trampoline."""
-    compile_module = importlib.import_module(COMPILE_MODULE)
+    compile_module = load(COMPILE_MODULE)
     set_compiled = getattr(compile_module, "set_compiled", None)  # 0.5.9
     with (set_compiled(False) if set_compiled is not None else contextlib.nullcontext()):
         yield
 
 
-def state_probes() -> dict:
-    """name -> (callable reading SGLang's process state, the value it must have between forwards)."""
-    context = importlib.import_module(CONTEXT_MODULE)
-    compile_module = importlib.import_module(COMPILE_MODULE)
-    from harness.devices import cpu
+LAYOUT = Layout(name="0.5.9-0.5.13 (srt/model_executor/piecewise_cuda_graph_runner.py, replay_prepare)",
+                target_class=Target, backends=("tc_piecewise",),
+                refused_modes=("DECODE", "IDLE", "SPLIT_PREFILL", "PREBUILT"),
+                unproduced_modes=("TARGET_VERIFY", "DRAFT_EXTEND", "DRAFT_EXTEND_V2", "DLLM_EXTEND"), note=NOTE)
 
-    probes = {
-        "piecewise_context.pcg_capture_stream": (context.get_pcg_capture_stream, None),
-        "piecewise_context.in_piecewise_cuda_graph": (context.is_in_piecewise_cuda_graph, False),
-        "piecewise_context.in_pcg_torch_compile": (context.is_in_pcg_torch_compile, False),
-        "piecewise_context.forward_context": (context.get_forward_context, None),
-        "device.stream_capturing": (cpu.is_current_stream_capturing, False),
-    }
-    enabled = getattr(compile_module, "_COMPILE_ENABLED", None)  # 0.5.9: set_compiled's context variable
-    if enabled is not None:
-        probes["compile.compile_enabled"] = (enabled.get, False)
-    return probes
+
+def detect() -> Optional[Layout]:
+    if not module_exists(RUNNER_MODULE):
+        return None
+    missing = [name for name in REQUIRED if not module_exists(name)]
+    if missing:
+        raise PathMissing(f"SGLang {sglang_version()} has the pre-0.5.14 prefill layout but misses module(s) "
+                          f"{', '.join(missing)}")
+    sgl_kernel_standin.ensure()  # before anything imports SGLang's graph runners
+    return LAYOUT

@@ -1,5 +1,6 @@
-"""Adapter for `build_torch_compile_kwargs` (SGLang PR #36249, releases from 0.5.19) and its caller
-`resolve_torch_compile_kwargs`, under a platform of the case's kind.
+"""`build_torch_compile_kwargs` (SGLang PR #36249, releases from 0.5.19) and its caller
+`resolve_torch_compile_kwargs` in `multimodal_gen/runtime/utils/torch_compile.py`, under a platform of the case's
+kind.
 
 The platform is an instance of SGLang's own platform classes (CPU, CUDA, NPU, or an out-of-tree subclass of
 its `Platform` with `_enum = OOT`), so SGLang's own `is_out_of_tree()` / `is_npu()` decide the branch. It is
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import importlib
 import inspect
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
+from unittest import mock
 
 from harness.errors import HarnessError, PathMissing
 from harness.oracles.hooks import HookRecorder
@@ -47,13 +48,12 @@ class CompileKwargsPath:
         return f"<build_torch_compile_kwargs of SGLang {sglang_version()}>"
 
 
-def load() -> CompileKwargsPath:
-    """Resolve the path in the installed SGLang, or raise PathMissing saying which part is absent."""
+def detect() -> CompileKwargsPath | None:
+    """This layout when the installed SGLang has it (PathMissing when it has it only in part), else None."""
     version = sglang_version()
     source = Path(require_sglang()) / (MODULE.removeprefix("sglang.").replace(".", "/") + ".py")
     if not source.exists():  # by file: importing the parent packages would need the diffusion stack
-        raise PathMissing(f"SGLang {version} has no {MODULE}; build_torch_compile_kwargs arrived in 0.5.19 "
-                          f"(PR #36249): target 0.5.19 or later")
+        return None
     try:
         module = importlib.import_module(MODULE)
         interface = importlib.import_module(INTERFACE)
@@ -70,13 +70,6 @@ def load() -> CompileKwargsPath:
     comm_overlap = "enable_inductor_compute_comm_overlap" in inspect.signature(build).parameters
     return CompileKwargsPath(module, build, getattr(module, "resolve_torch_compile_kwargs", None), base,
                              interface.PlatformEnum.OOT, comm_overlap)
-
-
-@functools.lru_cache(maxsize=1)
-def capabilities() -> dict:
-    """What the installed release's path accepts, for the strategies: its entry points, the comm-overlap flag."""
-    path = load()
-    return {"entries": path.entries, "comm_overlap": path.comm_overlap}
 
 
 def _platform(path: CompileKwargsPath, kind: str, backend: Any, options: Any, hooks: HookRecorder):
@@ -107,14 +100,9 @@ def platform_scope(path: CompileKwargsPath, kind: str, *, backend: Any = None, o
     """Bind a platform of `kind` where the function reads it; NPU also gets the Ascend stand-ins."""
     hooks = hooks if hooks is not None else HookRecorder()
     platform = _platform(path, kind, backend, options, hooks)
-    saved = path.module.current_platform
     stand_ins = ascend_standins() if kind == "npu" else contextlib.nullcontext()
-    with stand_ins:
-        path.module.current_platform = platform
-        try:
-            yield platform
-        finally:
-            path.module.current_platform = saved
+    with stand_ins, mock.patch.object(path.module, "current_platform", platform):
+        yield platform
 
 
 def call(path: CompileKwargsPath, entry: str, *, mode: str | None, module: Any, comm_overlap: bool = False) -> dict:

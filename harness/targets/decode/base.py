@@ -1,0 +1,435 @@
+"""What every decode layout shares: the case and batch types, the doubles (attention backend, model runner), the
+target (SGLang's constructor captures; `replay` goes through the runner's own execute) and the observation of
+`patch_model` by the identity of its generator function. A layout module subclasses `DecodeTarget` for what its
+releases do differently and names that subclass in its `Layout`."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import inspect
+import time
+from types import SimpleNamespace
+from typing import Any, Callable, Optional
+from unittest import mock
+
+import torch
+
+from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble
+from harness.targets.sglang_plumbing import ensure_tp_group, load
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where one range of releases keeps the decode path, and the target class that drives it."""
+
+    name: str
+    runner_module: str  # the CUDA runner class lives here
+    runner_class: str
+    decoration_module: str  # patch_model, set_torch_compile_config
+    npu_runner_module: str
+    npu_runner_class: str
+    target_class: type
+    npu_patch_name: str = "patch_model_npu"  # the NPU override of patch_model
+    note: str = ""  # what the adapter does differently on this layout, recorded with every example
+
+    def make_target(self, case: "DecodeCase", **kwargs) -> "DecodeTarget":
+        """Construct the real runner for `case` (which captures); keyword arguments as `DecodeTarget`."""
+        return self.target_class(case, layout=self, **kwargs)
+
+    def runner_accepts(self, option: str) -> bool:
+        """Whether the CUDA runner's constructor takes keyword `option` on this release."""
+        runner_class = load(self.runner_module, self.runner_class)
+        return option in inspect.signature(runner_class.__init__).parameters
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeCase:
+    """What one example captures: the published config and the runner's options."""
+
+    capture_bs: tuple[int, ...]
+    max_running_requests: int
+    enable_torch_compile: bool = False
+    torch_compile_max_bs: int = 32
+    lora: bool = False
+    record_nolora_graph: bool = False
+    compile_backend: str = "eager"  # "eager": patch_model's inductor compiles use Dynamo's eager backend instead
+
+    def drawn(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class DecodeBatch:
+    """One decode batch as the scheduler would hand it over (request rows only, no padding)."""
+
+    input_ids: list[int]
+    positions: list[int]
+    seq_lens: list[int]
+    lora_ids: Optional[list[Optional[str]]] = None
+    forward_mode: str = "DECODE"
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.input_ids)
+
+    def to_forward_batch(self, device: str = "cpu"):
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+
+        bs = self.batch_size
+        seq_lens = torch.tensor(self.seq_lens, dtype=torch.int64, device=device)
+        return ForwardBatch(
+            forward_mode=ForwardMode[self.forward_mode],
+            batch_size=bs,
+            input_ids=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
+            req_pool_indices=torch.arange(bs, dtype=torch.int64, device=device),
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens.cpu(),
+            out_cache_loc=torch.arange(bs, dtype=torch.int64, device=device),
+            seq_lens_sum=int(sum(self.seq_lens)),
+            positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+            lora_ids=list(self.lora_ids) if self.lora_ids is not None else None,
+            global_forward_mode=ForwardMode[self.forward_mode],
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+        )
+
+
+# -- doubles --------------------------------------------------------------------------------------------------
+STATIC_CAPACITY = 64  # rows of the doubles' static buffers: fixed, so their shapes (Dynamo guards) never change
+
+
+def make_attention_backend_class():
+    """An attention backend double subclassing SGLang's `AttentionBackend`: its metadata is the batch's seq_lens.
+
+    One static `seq_lens` buffer: at capture and replay the runner calls `init_forward_metadata_out_graph` with the
+    padded static batch; the double copies its seq_lens into the buffer and publishes a view of it, so the captured
+    graph reads the buffer each replay refills. Eager batches get a fresh tensor."""
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    class DecodeAttentionDouble(AttentionBackend):
+        def __init__(self, seq_len_fill_value: int = 1, device: str = "cpu") -> None:
+            self.seq_len_fill_value = seq_len_fill_value
+            self.device = device
+            self.graph_seq_lens: Optional[torch.Tensor] = None
+            self.forward_metadata = None
+            self.metadata_inits = 0
+
+        def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+            rows = max(max_bs, STATIC_CAPACITY)
+            if self.graph_seq_lens is None or self.graph_seq_lens.shape[0] < rows:
+                self.graph_seq_lens = torch.full((rows,), self.seq_len_fill_value, dtype=torch.int64,
+                                                 device=self.device)
+
+        def get_cuda_graph_seq_len_fill_value(self) -> int:
+            return self.seq_len_fill_value
+
+        def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+            self.metadata_inits += 1
+            seq_lens = forward_batch.seq_lens
+            static = self.graph_seq_lens is not None and (in_capture or not isinstance(
+                forward_batch, ForwardBatch)) and seq_lens.shape[0] <= self.graph_seq_lens.shape[0]
+            if static:
+                self.graph_seq_lens[: seq_lens.shape[0]].copy_(seq_lens)
+                self.forward_metadata = SimpleNamespace(seq_lens=self.graph_seq_lens[: seq_lens.shape[0]])
+            else:
+                self.forward_metadata = SimpleNamespace(seq_lens=seq_lens.clone())
+
+    return DecodeAttentionDouble
+
+
+_SHARED: dict = {}
+
+
+def shared_parts(lora: bool, device: str, make_attention: Callable):
+    """(model, LoRA manager or None, attention backend for the runner, attention backend for eager), one per
+    process and setting: Dynamo caches compiled frames per model instance, so reuse keeps compiled forwards."""
+    key = (lora, device, make_attention)
+    if key not in _SHARED:
+        manager = LoRAManagerDouble(device) if lora else None
+        attention_class = make_attention()
+        _SHARED[key] = (DecodeModel(manager).to(device), manager, attention_class(device=device),
+                        attention_class(device=device))
+    return _SHARED[key]
+
+
+class _GraphSharedOutput:
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def get_logits_buffer(self, vocab_size: int, rows: int) -> torch.Tensor:
+        return torch.zeros((rows, vocab_size), dtype=torch.float32, device=self.device)
+
+
+class _KvIndexTranslator:
+    def bind_runner_slots(self, forward_batch) -> None:
+        pass
+
+
+def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_running_requests: int,
+                      server_args: Any, lora_manager: Optional[LoRAManagerDouble]) -> SimpleNamespace:
+    """The attributes of SGLang's ModelRunner that the decode runners (and NPU subclasses) of every layout read."""
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    hf_config = SimpleNamespace(architectures=["HarnessDecodeModel"], max_source_positions=0)
+    model_config = SimpleNamespace(
+        is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32,
+        hf_config=hf_config, hf_text_config=hf_config, attention_arch=None, context_len=4096,
+        quantization=None,  # read by the CUDA warmup (flashinfer autotune only for quantised models)
+    )
+    return SimpleNamespace(
+        device=device, gpu_id=0, model=model, model_config=model_config, server_args=server_args,
+        dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend_group=[attn_backend],
+        req_to_token_pool=SimpleNamespace(size=max_running_requests), lora_manager=lora_manager,
+        ngram_embedding_manager=SimpleNamespace(enabled=False, table=None),
+        use_ngram_embedding=False,  # up to 0.5.1x (0.5.2x: ngram_embedding_manager)
+        token_table=None,
+        tp_group=parallel_state.get_tp_group(),  # up to 0.5.1x patch_model's tp_group (0.5.2x: get_parallel())
+        war_fastpath_read_done_event=None,  # up to 0.5.1x (0.5.2x: shared_read_done_event)
+        spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False,
+        decode_num_tokens_per_req=lambda num_draft_tokens=None: 1,
+        graph_shared_output=_GraphSharedOutput(device),
+        get_pp_proxy_topk_size=lambda: None, get_pp_proxy_residual_num_blocks=lambda: None,
+        get_pp_proxy_dspark_hidden_size=lambda: None, get_aux_hidden_states_width=lambda: None,
+        attn_tp_sequence_sharded=lambda num_tokens: False, kv_index_translator=_KvIndexTranslator(),
+        hisparse_coordinator=None, capture_head_hooks=[], capture_tail_hooks=[], canary_manager=None,
+        device_timer=None, shared_read_done_event=None, _kernel_warmed_up=False,
+    )
+
+
+_LAST_COMPILER: list = [None]
+
+
+def fresh_dynamo_when_compiler_changes(case: DecodeCase, personality: str) -> None:
+    """Compiled frames are reused across examples with the same compiler (the suite's speed), but a target that
+    compiles with another one (another personality's backend, inductor instead of eager) starts from a reset
+    Dynamo: what one platform's capture left in Dynamo's caches must not decide whether the next one compiles.
+    Call it before any compile callback is registered: a reset drops Dynamo's callbacks."""
+    compiler = (personality, case.compile_backend) if case.enable_torch_compile else None
+    if compiler is not None and compiler != _LAST_COMPILER[0]:
+        if _LAST_COMPILER[0] is not None:
+            torch._dynamo.reset()
+        _LAST_COMPILER[0] = compiler
+
+
+# -- the target -----------------------------------------------------------------------------------------------
+class DecodeTarget:
+    """The real decode runner (or, with personality "npu", SGLang's NPU runner) captured on the current device.
+
+    Construction publishes the case's config, builds the doubles and constructs the runner: SGLang's constructor
+    computes the capture/compile sizes and captures every size (and LoRA variant) at once. `hooks` (a
+    `HookRecorder`) sees every `patch_model` call SGLang made and what each yielded.
+    """
+
+    def __init__(self, case: DecodeCase, *, layout: Layout, personality: str = "cuda", device: str = "cpu",
+                 hooks: Any = None) -> None:
+        self.case = case
+        self.personality = personality
+        self.device = device
+        self.layout = layout
+        self.dropped_options: list[str] = []
+        if case.record_nolora_graph and not layout.runner_accepts("record_nolora_graph"):
+            # A release whose runner has no such option: the case runs as the release can run it, and the
+            # target's case says so, for the oracles.
+            self.case = case = dataclasses.replace(case, record_nolora_graph=False)
+            self.dropped_options.append("record_nolora_graph")
+        self.server_args = self.publish_config(case, device)
+        ensure_tp_group()
+        self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = shared_parts(
+            case.lora, device, self.attention_backend_class)
+        self.model_runner = self.make_model_runner(case, device)
+        self.decoration = importlib.import_module(layout.decoration_module)
+        self.runner_class = self._runner_class()
+        self.hooks = hooks
+        self.patch_model_seen: list = []
+        t0 = time.perf_counter()
+        with self._restore_patch_model(), self._compile_backend(), self._watch_patch_model(), \
+                self.construction_patches():
+            kwargs = {"record_nolora_graph": True} if case.record_nolora_graph and personality == "cuda" else {}
+            self.runner = self.runner_class(self.model_runner, **kwargs)
+        self.capture_seconds = time.perf_counter() - t0
+
+    # -- what a layout provides --------------------------------------------------------------------------------
+    attention_backend_class = staticmethod(make_attention_backend_class)
+
+    def publish_config(self, case: DecodeCase, device: str) -> Any:
+        raise NotImplementedError
+
+    def make_model_runner(self, case: DecodeCase, device: str) -> SimpleNamespace:
+        return make_model_runner(
+            self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
+            server_args=self.server_args, lora_manager=self.lora_manager)
+
+    def construction_patches(self) -> contextlib.AbstractContextManager:
+        """What the layout changes while SGLang's constructor runs (and only then)."""
+        return contextlib.nullcontext()
+
+    def replay_context(self) -> contextlib.AbstractContextManager:
+        """What SGLang's model runner wraps `execute` in on this release."""
+        return contextlib.nullcontext()
+
+    def eager_context(self, fb) -> contextlib.AbstractContextManager:
+        """How the release hands the eager attention backend to the model."""
+        raise NotImplementedError
+
+    # -- construction ------------------------------------------------------------------------------------------
+    def _runner_class(self):
+        if self.personality == "npu":
+            return load(self.layout.npu_runner_module, self.layout.npu_runner_class)
+        return load(self.layout.runner_module, self.layout.runner_class)
+
+    @contextlib.contextmanager
+    def _restore_patch_model(self):
+        """SGLang's NPU runner rebinds `patch_model` on its module and never restores it (process-wide state).
+        Every construction starts from SGLang's own `patch_model`, and the module gets it back after, so each
+        example exercises the rebinding afresh and none inherits another's."""
+        module = self.decoration
+        original = _ORIGINAL_PATCH_MODEL.setdefault(module.__name__, _sglang_patch_model(module))
+        with mock.patch.object(module, "patch_model", original):
+            try:
+                yield
+            finally:
+                self.patch_model_after_capture = module.patch_model
+
+    @contextlib.contextmanager
+    def _compile_backend(self):
+        """patch_model compiles with inductor; with compile_backend "eager" those compiles use Dynamo's eager
+        backend (still Dynamo: guards, graph breaks, recompiles), by wrapping torch.compile during construction
+        only. A platform's own backend (the NPU override's npugraph_ex stand-in) is left as it is."""
+        if not self.case.enable_torch_compile or self.case.compile_backend == "inductor":
+            yield
+            return
+        original = torch.compile
+
+        def compile_eager(model=None, *args, **kwargs):
+            if kwargs.get("backend", "inductor") == "inductor":
+                kwargs.pop("mode", None)
+                kwargs.pop("options", None)
+                kwargs["backend"] = "eager"
+            return original(model, *args, **kwargs)
+
+        with mock.patch.object(torch, "compile", compile_eager):
+            yield
+
+    @contextlib.contextmanager
+    def _watch_patch_model(self):
+        """Observe every `patch_model` variant that runs during construction, however it was referenced (the
+        generator function sits in the closure cell that a by-value import shares; see observe_context_manager)."""
+        if self.hooks is None:
+            yield
+            return
+        functions = {"patch_model": _ORIGINAL_PATCH_MODEL[self.decoration.__name__]}
+        if self.personality == "npu":
+            functions[self.layout.npu_patch_name] = load(self.layout.npu_runner_module, self.layout.npu_patch_name)
+        with contextlib.ExitStack() as stack:
+            for name, fn in functions.items():
+                if fn is functions["patch_model"] and name != "patch_model":
+                    raise RuntimeError(f"{name} is the same function as patch_model: nothing to tell apart")
+                stack.enter_context(observe_context_manager(
+                    fn, name, self.hooks, self.patch_model_seen,
+                    capturing=torch.get_device_module(self.device).is_current_stream_capturing))
+            yield
+
+    # -- running ------------------------------------------------------------------------------------------------
+    @property
+    def capture_bs(self) -> list[int]:
+        return list(self.runner.capture_bs)
+
+    @property
+    def compile_bs(self) -> list[int]:
+        return list(self.runner.compile_bs)
+
+    def forward_batch(self, batch: DecodeBatch):
+        fb = batch.to_forward_batch(self.device)
+        if self.lora_manager is not None and fb.lora_ids is not None:
+            self.lora_manager.prepare_lora_batch(fb)  # what ForwardBatch.init_new does for a LoRA server
+        return fb
+
+    def _can_run_graph(self, fb) -> bool:
+        """The runner's graph-eligibility check, under the name the release gives it."""
+        check = getattr(self.runner, "can_run_graph", None) or self.runner.can_run
+        return bool(check(fb))
+
+    def can_replay(self, batch: DecodeBatch) -> bool:
+        return self._can_run_graph(self.forward_batch(batch))
+
+    def replay(self, batch: DecodeBatch):
+        """Load the batch into the static buffers, replay the graph, slice the real rows: SGLang's `execute`
+        (`replay` where the release has no `execute`, same contract)."""
+        fb = self.forward_batch(batch)
+        if not self._can_run_graph(fb):
+            raise RuntimeError(f"runner refuses to replay batch size {batch.batch_size} "
+                               f"(captured {self.capture_bs})")
+        execute = getattr(self.runner, "execute", None) or self.runner.replay
+        with self.replay_context():
+            return execute(fb)
+
+    def eager(self, batch: DecodeBatch, forward: Optional[Callable] = None):
+        """The model's forward (or `forward`, e.g. a compiled one patch_model yielded) on the real rows, no graph,
+        with a fresh attention backend and LoRA scales."""
+        fb = batch.to_forward_batch(self.device)
+        if self.lora_manager is not None and fb.lora_ids is not None:
+            self.lora_manager.prepare_lora_batch(fb, static=False)
+        self.eager_attn_backend.init_forward_metadata(fb)
+        with torch.no_grad(), self.eager_context(fb):
+            return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
+
+
+_ORIGINAL_PATCH_MODEL: dict = {}
+
+
+def _sglang_patch_model(module):
+    """SGLang's own `patch_model` of `module` (not an override a runner left bound there)."""
+    fn = module.patch_model
+    wrapped = getattr(fn, "__wrapped__", fn)
+    if getattr(wrapped, "__module__", None) != module.__name__ or wrapped.__name__ != "patch_model":
+        raise RuntimeError(f"{module.__name__}.patch_model is {wrapped.__module__}.{wrapped.__name__}, not SGLang's "
+                           "own: an override was left installed before the harness first saw the module")
+    return fn
+
+
+@contextlib.contextmanager
+def observe_context_manager(fn: Callable, name: str, hooks: Any, sink: list,
+                            capturing: Optional[Callable[[], bool]] = None):
+    """Record each entry of the `contextmanager` function `fn` (by identity of its generator function).
+
+    Each entry appends to `sink` a namespace (name, enable_compile, num_tokens, forward, calls) and records the call
+    in `hooks` under `name`; the yielded forward is replaced by `hooks.wrap(f"{name}:forward", ...)`, which records
+    every call of it and whether a graph capture was in progress at the time.
+    """
+    cell = _generator_cell(fn)
+    original = cell.cell_contents
+    capturing = capturing or torch.cuda.is_current_stream_capturing
+
+    def recording(model, enable_compile, num_tokens, tp_group, *args, **kwargs):
+        entry = SimpleNamespace(name=name, enable_compile=bool(enable_compile), num_tokens=num_tokens,
+                                forward=None, calls=[])
+        with contextlib.contextmanager(original)(model, enable_compile, num_tokens, tp_group, *args,
+                                                  **kwargs) as forward:
+            entry.forward = forward
+
+            @functools.wraps(forward)
+            def forward_call(*a, **k):
+                entry.calls.append("capture" if capturing() else "eager")
+                return forward(*a, **k)
+
+            hooks.record(name, (model, bool(enable_compile)), {"num_tokens": num_tokens}, forward)
+            sink.append(entry)
+            yield hooks.wrap(f"{name}:forward", forward_call)
+
+    recording.__name__ = getattr(original, "__name__", name)
+    cell.cell_contents = recording  # a closure cell: mock.patch would delete and re-create its contents
+    try:
+        yield
+    finally:
+        cell.cell_contents = original
+
+
+def _generator_cell(fn: Callable):
+    wrapped = getattr(fn, "__wrapped__", None)
+    for cell in fn.__closure__ or ():
+        if cell.cell_contents is wrapped:
+            return cell
+    raise TypeError(f"{fn!r} is not a contextlib.contextmanager function; cannot observe it by identity")

@@ -1,0 +1,252 @@
+"""What every prefill layout shares: the case and batch types, the harness's KV cache, the attention backend double,
+the ForwardBatch a scheduler would build, and the target's interface. A layout module subclasses `PrefillTarget`
+and names that subclass in its `Layout`."""
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import torch
+
+from harness.models.prefill_model import HIDDEN, NUM_LAYERS
+
+BACKENDS = ("tc_piecewise", "breakable", "full")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where one range of releases keeps the prefill path, and the target class that drives it."""
+
+    name: str
+    target_class: type
+    backends: tuple[str, ...]
+    refused_modes: tuple[str, ...]  # modes the runner refuses (SGLang's eager path or its own error)
+    unproduced_modes: tuple[str, ...]  # modes it does not refuse but this configuration never hands it (findings)
+    note: str  # what the harness sets past SGLang's config on this layout, recorded with every example
+
+    def make_target(self, case: "PrefillCase") -> "PrefillTarget":
+        """Construct the real runner for `case` (it compiles and captures)."""
+        return self.target_class(case, self)
+
+    def backend_gap(self, backend: str) -> Optional[str]:
+        """Why `backend` cannot run on this release and the virtual device (None: it can)."""
+        if backend not in self.backends:
+            from harness.versions import sglang_version
+
+            return f"SGLang {sglang_version()} ({self.name}) has no {backend!r} prefill backend"
+        return self.target_class.backend_gap(backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefillCase:
+    backend: str = "tc_piecewise"
+    capture_tokens: tuple[int, ...] = (4, 8, 16)
+    compiler: str = "eager"  # tc_piecewise only: the compiler of the pieces
+    max_requests: int = 8  # req_to_token_pool rows (row 0 is reserved as the padding row)
+    max_context: int = 64  # req_to_token_pool columns
+    full_prefill_max_req: int = 4
+    capture_mode: str = "auto"  # virtual device: "record" | "rerun" | "auto" (record for eager, rerun for inductor)
+
+    @property
+    def device_capture_mode(self) -> str:
+        if self.capture_mode != "auto":
+            return self.capture_mode
+        if self.backend == "tc_piecewise" and self.compiler == "inductor":
+            return "rerun"
+        return "record"
+
+
+
+PAD_SLOT = 0  # KV slot every padding / dummy token writes to; never handed to a real request
+
+
+class KvCache:
+    """The harness's KV cache: `req_to_token[row, position] -> slot`, `values[layer, slot] -> hidden`."""
+
+    def __init__(self, max_requests: int, max_context: int, num_layers: int = NUM_LAYERS):
+        self.size = max_requests
+        self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32)
+        self.num_slots = max_requests * max_context + 1
+        self.values = torch.zeros((num_layers, self.num_slots, HIDDEN), dtype=torch.float32)
+
+    def slot(self, row: int, position: int) -> int:
+        return 1 + row * self.req_to_token.shape[1] + position
+
+    def bind(self, row: int, length: int) -> None:
+        positions = torch.arange(length, dtype=torch.int32)
+        self.req_to_token[row, :length] = 1 + row * self.req_to_token.shape[1] + positions
+
+
+def make_attention_backend_class():
+    from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+
+    class HarnessAttnBackend(AttentionBackend):
+        """Attention backend double. Out of graph, for every batch (`init_forward_metadata[_out_graph]`, as
+        SGLang's backends do), it writes the batch's metadata into its own capture-stable buffers: per flat token
+        the `req_to_token` row, the position (-1 for padding) and the KV slot to write. The attention split op
+        (`harness_attend`) computes from those buffers with fixed-shape tensor ops only, so the same code is right
+        when it runs eagerly between pieces (tc_piecewise, breakable) and when a full graph captured it."""
+
+        dllm_attention = None
+        prefill_cuda_graph_default_max_seq_len = None
+        supports_prefill_cuda_graph_max_context_size = False
+        supports_full_cuda_graph_chunked_prefix = False
+        use_captured_forward_metadata_for_breakable_cuda_graph = False
+        skips_prefill_metadata_on_idle_dp_rank = False
+
+        def __init__(self, kv: KvCache):
+            self.kv = kv
+            self.req_to_token_pool = SimpleNamespace(req_to_token=kv.req_to_token, size=kv.size)
+            self.token_to_kv_pool = None
+            self.forward_metadata = None
+            self.metadata_inits = 0
+            max_tokens = kv.num_slots
+            self.token_row = torch.zeros(max_tokens, dtype=torch.int64)
+            self.token_position = torch.full((max_tokens,), -1, dtype=torch.int64)
+            self.write_slot = torch.full((max_tokens,), PAD_SLOT, dtype=torch.int64)
+            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64)
+
+        def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+            pass
+
+        def get_cuda_graph_seq_len_fill_value(self) -> int:
+            return 1
+
+        def init_forward_metadata(self, forward_batch) -> None:
+            self.init_forward_metadata_out_graph(forward_batch)
+
+        def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+            self.metadata_inits += 1
+            bs = forward_batch.batch_size
+            rows = [int(r) for r in forward_batch.req_pool_indices[:bs].tolist()]
+            seq_lens = [int(s) for s in forward_batch.seq_lens[:bs].tolist()]
+            if forward_batch.extend_seq_lens is not None and not forward_batch.forward_mode.is_decode_or_idle():
+                new = [int(n) for n in forward_batch.extend_seq_lens[:bs].tolist()]
+            else:
+                new = [1] * bs
+            token_row, token_position = [], []
+            for row, seq_len, count in zip(rows, seq_lens, new):
+                token_row += [row] * count
+                token_position += range(seq_len - count, seq_len)
+            n = len(token_row)
+            self.token_row.zero_()
+            self.token_position.fill_(-1)
+            self.write_slot.fill_(PAD_SLOT)
+            if n:
+                self.token_row[:n] = torch.tensor(token_row, dtype=torch.int64)
+                self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64)
+                self.write_slot[:n] = forward_batch.out_cache_loc[:n].to(torch.int64)
+            self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
+
+        def harness_attend(self, x: torch.Tensor, output: torch.Tensor, layer_id: int) -> None:
+            """output[t] = sum of the cached x over positions 0..position(t) of token t's request."""
+            t = x.shape[0]
+            values = self.kv.values[layer_id]
+            values.index_copy_(0, self.write_slot[:t], x)
+            values[PAD_SLOT].zero_()
+            slots = self.kv.req_to_token.index_select(0, self.token_row[:t]).to(torch.int64)  # (t, context)
+            visible = self.context.unsqueeze(0) <= self.token_position[:t].unsqueeze(1)  # (t, context)
+            gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
+            output.copy_((gathered * visible.unsqueeze(-1)).sum(dim=1))
+
+        def forward_extend(self, *args, **kwargs):  # the model's attention never goes through here
+            raise NotImplementedError("the harness model attends through its split op")
+
+        forward_decode = forward_extend
+
+    return HarnessAttnBackend
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One request of a batch: the tokens this forward computes, after `prefix` tokens already in the KV cache
+    (`prefix > 0` and one new token is a decoding request inside a mixed batch; more is a chunk)."""
+    row: int
+    tokens: tuple[int, ...]
+    prefix: int = 0
+    history: tuple[int, ...] = ()  # the `prefix` token ids already cached (for the by-hand reference)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    requests: tuple[Request, ...]
+    forward_mode: Any  # ForwardMode
+    global_forward_mode: Any = None  # ForwardMode or None
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(r.tokens) for r in self.requests)
+
+
+def build_forward_batch(batch: Batch, kv: KvCache, translator=None):
+    """The ForwardBatch the scheduler would hand the model runner for `batch` (KV slots bound per request)."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch
+
+    input_ids, positions, out_cache_loc = [], [], []
+    seq_lens, prefix_lens, extend_lens, starts = [], [], [], []
+    for request in batch.requests:
+        seq_len = request.prefix + len(request.tokens)
+        kv.bind(request.row, seq_len)
+        starts.append(len(input_ids))
+        for offset, token in enumerate(request.tokens):
+            position = request.prefix + offset
+            input_ids.append(token)
+            positions.append(position)
+            out_cache_loc.append(kv.slot(request.row, position))
+        seq_lens.append(seq_len)
+        prefix_lens.append(request.prefix)
+        extend_lens.append(len(request.tokens))
+    bs = len(batch.requests)
+    tensor = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
+    is_extend = batch.forward_mode.is_extend()
+    forward_batch = ForwardBatch(
+        forward_mode=batch.forward_mode, batch_size=bs, input_ids=tensor(input_ids),
+        req_pool_indices=tensor([r.row for r in batch.requests]), seq_lens=tensor(seq_lens),
+        orig_seq_lens=tensor(seq_lens), seq_lens_cpu=tensor(seq_lens), out_cache_loc=tensor(out_cache_loc),
+        seq_lens_sum=sum(seq_lens), positions=tensor(positions), return_logprob=False,
+        extend_num_tokens=len(input_ids) if is_extend else None,
+        extend_seq_lens=tensor(extend_lens) if is_extend else None,
+        extend_prefix_lens=tensor(prefix_lens) if is_extend else None,
+        extend_start_loc=tensor(starts) if is_extend else None,
+        extend_prefix_lens_cpu=prefix_lens if is_extend else None,
+        extend_seq_lens_cpu=extend_lens if is_extend else None,
+        extend_logprob_start_lens_cpu=extend_lens if is_extend else None,
+        capture_hidden_mode=CaptureHiddenMode.NULL, global_forward_mode=batch.global_forward_mode,
+        spec_algorithm=None, spec_info=None, encoder_lens=None,
+    )
+    if translator is not None and hasattr(translator, "own_plan"):
+        # what ForwardBatch.init_new does from 0.5.2x: the iteration's KV write plan
+        translator.own_plan(forward_batch).bind(forward_batch, translator)
+    return forward_batch
+
+
+
+class PrefillTarget:
+    """The real prefill runner for one case, on the virtual device (which must stay installed while replaying).
+
+    `forward(batch)` runs SGLang's own dispatch and returns (logits, whether the graph path ran, the ForwardBatch);
+    `eager(batch)` is the model's own forward with no graph and no compile; `can_run_graph(batch)` the runner's
+    admission; `state_probes()` maps a name to (a reader of SGLang's process state, its value at rest)."""
+
+    runner: Any
+
+    def __init__(self, case: PrefillCase, layout: Layout) -> None:
+        self.case = case
+        self.layout = layout
+
+    @classmethod
+    def backend_gap(cls, backend: str) -> Optional[str]:
+        return None
+
+    def forward(self, batch: Batch):
+        raise NotImplementedError
+
+    def eager(self, batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def can_run_graph(self, batch: Batch) -> bool:
+        raise NotImplementedError
+
+    def state_probes(self) -> dict:
+        raise NotImplementedError
