@@ -9,6 +9,9 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
   the eager oracle must fail on a batch size between captured sizes.
 - replay_skips_graph: the full-graph backend returns the captured output without replaying the graph, so every
   replay returns stale values; the eager oracle must fail.
+- pool_size_not_captured / compile_sizes_off_by_one: `get_batch_sizes_to_capture` adds the request-pool size less
+  one, or compiles sizes below `torch_compile_max_bs` only; replays still match eager, so only the contract's
+  sizes derived from the case (not read back from the runner) can fail.
 """
 from __future__ import annotations
 
@@ -40,6 +43,10 @@ SKIP_REPLAY = [
      "        with graph_pool_replay_scope():\n            pass\n"),
 ]
 
+BASE = "srt/model_executor/runner/base_cuda_graph_runner.py"
+POOL_NOT_CAPTURED = [(BASE, "        capture_bs += [num_max_requests]\n", "        capture_bs += [num_max_requests - 1]\n")]
+COMPILE_OFF_BY_ONE = [(BASE, "if bs <= get_exec().graph.torch_compile_max_bs]", "if bs < get_exec().graph.torch_compile_max_bs]")]
+
 DYNAMIC = f"{SUITE}::test_replay_matches_eager_and_patch_model_contract"
 STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
 
@@ -57,6 +64,10 @@ MUTANTS = {
         PADDED_ROWS, DYNAMIC, (), "eager-equality", ["shape or dtype differs from eager"]),
     "replay_skips_graph": (
         SKIP_REPLAY, DYNAMIC, (), "eager-equality", ["not bit-equal to eager"]),
+    "pool_size_not_captured": (
+        POOL_NOT_CAPTURED, DYNAMIC, (), "hook-contract", ["but the case asks for capture"]),
+    "compile_sizes_off_by_one": (
+        COMPILE_OFF_BY_ONE, DYNAMIC, (), "hook-contract", ["but the case asks for capture", "and compile"]),
 }
 
 

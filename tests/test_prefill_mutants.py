@@ -44,6 +44,12 @@ MUTANTS = {
         [(TC_BACKEND, "                with set_pcg_capture_stream(stream):",
           "                with set_pcg_capture_stream(None):")],
         "capture-stream", ["pcg-capture-stream-not-set", "capture"], ["capture stream is not set"]),
+    # (d) The capture loop skips the smallest token count: its batches still run (padded to the next size), so
+    # only the capture counted against the case's arithmetic (sizes x pieces) can fail.
+    "smallest_shape_not_captured": (
+        [(RUNNER, "        capture_shapes = list(reversed(self.capture_num_tokens))\n",
+          "        capture_shapes = list(reversed(self.capture_num_tokens))[:-1]\n")],
+        "graph-replay", ["the capture recorded 6 graph(s), expected 9", "3 token counts x 3 graph(s)"], []),
 }
 
 

@@ -1,5 +1,6 @@
 """The `patch_model` contract of the decode runner (known bug class 1, SGLang PR #27774).
 
+The sizes come from the case, by SGLang's arithmetic (`expected_sizes`), not from the runner's own lists.
 For every captured batch size (and LoRA variant) the runner enters `patch_model(model, bs in compile_bs, ...)`
 looked up on `torch_compile_decoration` at call time, so a platform's override installed there (the NPU runner
 installs `patch_model_npu`) is what runs. Checked from what really ran (observed by the identity of the functions,
@@ -24,11 +25,29 @@ def expected_patch_name(personality: str, layout) -> str:
     return layout.npu_patch_name if personality == "npu" else "patch_model"
 
 
+def expected_sizes(case) -> tuple[list[int], list[int]]:
+    """(capture sizes, compile sizes) SGLang must derive from a decode case on one rank:
+        sizes   = capture_bs + [pool] if max(capture_bs) > pool      (the pool's size is always captured)
+        capture = sorted(set(s for s in sizes if s <= pool))         (a batch never exceeds the pool)
+        compile = [s for s in capture if s <= torch_compile_max_bs] when torch.compile is on, else []
+    e.g. capture_bs (2, 8, 12), pool 6, compile up to 4: capture [2, 6], compile [2]."""
+    pool = case.max_running_requests
+    sizes = list(case.capture_bs) + ([pool] if max(case.capture_bs) > pool else [])
+    capture = sorted({s for s in sizes if s <= pool})
+    compile_bs = [s for s in capture if s <= case.torch_compile_max_bs] if case.enable_torch_compile else []
+    return capture, compile_bs
+
+
 def check_patch_model_contract(target, hooks: HookRecorder, layout) -> None:
     personality = target.personality
     expected = expected_patch_name(personality, layout)
+    # graphs per size: the LoRA and the "nolora" variant when the (CUDA) runner records both, else one
     variants = 2 if (target.case.record_nolora_graph and personality == "cuda") else 1
-    sizes = target.capture_bs
+    sizes, compile_bs = expected_sizes(target.case)
+    if sorted(target.capture_bs) != sizes or sorted(target.compile_bs) != compile_bs:
+        raise OracleFailure(ORACLE, f"the runner captures sizes {target.capture_bs} and compiles {target.compile_bs}, "
+                                    f"but the case asks for capture {sizes} and compile {compile_bs} "
+                                    "(see expected_sizes)", case=target.case)
     entries = target.patch_model_seen
     ran = Counter(e.name for e in entries)
     others = {name: n for name, n in ran.items() if name != expected}
@@ -41,14 +60,18 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout) -> None:
             f"during capture `{expected}` ran {ran[expected]} time(s), expected {len(sizes) * variants} "
             f"({len(sizes)} sizes x {variants} LoRA variant(s)); other patch_model variants ran: "
             f"{dict(others) or 'none'}{override}",
-            personality=personality, capture_bs=sizes, compile_bs=target.compile_bs,
+            personality=personality, capture_bs=sizes, compile_bs=compile_bs,
             ran=[(e.name, e.num_tokens, e.enable_compile) for e in entries])
     hooks.assert_called(expected, times=len(sizes) * variants,
                         why=f"once per captured size and LoRA variant, personality {personality}")
     compiled = sorted({e.num_tokens for e in entries if e.enable_compile})
-    if compiled != sorted(target.compile_bs):
-        raise OracleFailure(ORACLE, f"`{expected}` was asked to compile sizes {compiled}, but compile_bs is "
-                                    f"{sorted(target.compile_bs)}", capture_bs=sizes)
+    if compiled != compile_bs:
+        raise OracleFailure(ORACLE, f"`{expected}` was asked to compile sizes {compiled}, expected {compile_bs} "
+                                    "(the captured sizes up to torch_compile_max_bs)", capture_bs=sizes)
+    sizes_entered = sorted({e.num_tokens for e in entries})
+    if sizes_entered != sizes:
+        raise OracleFailure(ORACLE, f"`{expected}` was entered for sizes {sizes_entered}, expected {sizes}",
+                            capture_bs=sizes)
     for entry in entries:
         if len(entry.calls) != 3 or entry.calls[-1] != "capture" or "capture" in entry.calls[:-1]:
             raise OracleFailure(

@@ -23,7 +23,7 @@ import torch
 
 from harness.devices import cpu
 from harness.devices.piecewise_support import graph_ledger
-from harness.models.prefill_model import reference_logits
+from harness.models.prefill_model import NUM_LAYERS, reference_logits
 from harness.oracles import OracleFailure
 from harness.oracles.capture_stream import CaptureStreamWatcher
 from harness.oracles.eager import assert_matches_eager
@@ -35,6 +35,18 @@ from harness.targets.prefill.base import Batch, PrefillCase, Request
 
 # Modes whose graph replay must equal an EXTEND capture (the runner normalises MIXED to EXTEND).
 GRAPH_MODES = ("EXTEND", "MIXED")
+
+
+def expected_capture(case: PrefillCase) -> tuple[list[int], int]:
+    """(token counts the runner must capture, graphs per token count), from the case alone.
+
+    Sizes: the configured grid, each once (`sorted(set(capture_tokens))`: (4, 8, 16) -> [4, 8, 16]).
+    Graphs per size: the model has NUM_LAYERS attention split ops; tc_piecewise and breakable cut the body there,
+    so NUM_LAYERS + 1 pieces each capture one graph (2 layers: 3 graphs); full captures the body whole (1).
+    Example: tc_piecewise over (4, 8, 16): 3 sizes x 3 pieces = 9 graphs at capture, 3 replays per graph forward.
+    """
+    per_size = 1 if case.backend == "full" else NUM_LAYERS + 1
+    return sorted(set(case.capture_tokens)), per_size
 
 
 @dataclasses.dataclass
@@ -78,7 +90,7 @@ class PrefillSession:
             with self.streams.watching_warnings():
                 self.target = self.layout.make_target(case)
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
-            self.graphs_per_shape = self.ledger.captured // max(1, len(self.capture_sizes))
+            self.expected_sizes, self.graphs_per_shape = expected_capture(case)
             self.capture_compiles = self.recompiles.warmup_compiles
             self.recompiles.arm()
             self.probes = self.target.state_probes()
@@ -96,9 +108,16 @@ class PrefillSession:
     def check_capture(self) -> None:
         """After construction: the capture made graphs and saw no capture-stream problem."""
         self.streams.check("capture")
-        if self.graphs_per_shape == 0:
-            raise OracleFailure("graph-replay", "the runner captured no graph at all",
-                                capture_sizes=self.capture_sizes, captured=self.ledger.captured)
+        sizes, per_size = self.expected_sizes, self.graphs_per_shape
+        if sorted(self.capture_sizes) != sizes:
+            raise OracleFailure("graph-replay", f"the runner captured token counts {sorted(self.capture_sizes)}, "
+                                f"the case configures {sizes} (sorted(set(capture_tokens)))",
+                                capture_sizes=self.capture_sizes, expected_sizes=sizes)
+        if self.ledger.captured != len(sizes) * per_size:
+            raise OracleFailure("graph-replay", f"the capture recorded {self.ledger.captured} graph(s), expected "
+                                f"{len(sizes) * per_size} ({len(sizes)} token counts x {per_size} graph(s) each for "
+                                f"the {self.case.backend} backend)", capture_sizes=self.capture_sizes,
+                                captured=self.ledger.captured)
 
     # -- one forward -------------------------------------------------------------------------------------------
     def prefill_history(self, batch: Batch) -> None:
