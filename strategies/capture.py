@@ -7,7 +7,6 @@
 - `replay_batches(capture_bs, lora=...)`: batches to replay against the sizes really captured: on the grid, between
   grid points (so the runner pads), at the edges (1 and the largest captured size), with a forward mode (DECODE, or
   IDLE with no rows) and, with LoRA, which requests carry an adapter.
-- `personalities()`: "cuda" or "npu".
 """
 from __future__ import annotations
 
@@ -80,6 +79,3 @@ def compile_probe_batch(size: int, *, lora: bool) -> DecodeBatch:
                        seq_lens=[(3 * i + 2) % 100 + 1 for i in range(size)],
                        lora_ids=[([None] + ADAPTERS)[i % 4] for i in range(size)] if lora else None)
 
-
-def personalities() -> st.SearchStrategy[str]:
-    return st.sampled_from(["cuda", "npu"])

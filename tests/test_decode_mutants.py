@@ -12,6 +12,8 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
 - pool_size_not_captured / compile_sizes_off_by_one: `get_batch_sizes_to_capture` adds the request-pool size less
   one, or compiles sizes below `torch_compile_max_bs` only; replays still match eager, so only the contract's
   sizes derived from the case (not read back from the runner) can fail.
+- is_decode_answers_for_another_mode: `ForwardMode.is_decode` is wrong for every caller, so replay and eager agree;
+  eager held to the model's closed form fails.
 """
 from __future__ import annotations
 
@@ -47,6 +49,12 @@ BASE = "srt/model_executor/runner/base_cuda_graph_runner.py"
 POOL_NOT_CAPTURED = [(BASE, "        capture_bs += [num_max_requests]\n", "        capture_bs += [num_max_requests - 1]\n")]
 COMPILE_OFF_BY_ONE = [(BASE, "if bs <= get_exec().graph.torch_compile_max_bs]", "if bs < get_exec().graph.torch_compile_max_bs]")]
 
+# The mode predicate every model and the runner branch on answers for another mode: graph and eager agree, so only
+# eager held to the model's closed form fails.
+IS_DECODE_WRONG = [("srt/model_executor/forward_batch_info.py",
+                    "    def is_decode(self):\n        return self == ForwardMode.DECODE\n",
+                    "    def is_decode(self):\n        return self == ForwardMode.TARGET_VERIFY\n")]
+
 DYNAMIC = f"{SUITE}::test_replay_matches_eager_and_patch_model_contract"
 STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
 
@@ -66,6 +74,8 @@ MUTANTS = {
         SKIP_REPLAY, DYNAMIC, (), "eager-equality", ["not bit-equal to eager"]),
     "pool_size_not_captured": (
         POOL_NOT_CAPTURED, DYNAMIC, (), "hook-contract", ["but the case asks for capture"]),
+    "is_decode_answers_for_another_mode": (
+        IS_DECODE_WRONG, DYNAMIC, (), "eager-equality", ["eager itself differs from the model's closed form"]),
     "compile_sizes_off_by_one": (
         COMPILE_OFF_BY_ONE, DYNAMIC, (), "hook-contract", ["but the case asks for capture", "and compile"]),
 }

@@ -2,13 +2,15 @@
 
 Each drawn batch is replayed through the runner and compared with eager on its real rows; then the same batch with
 every input id shifted by one is replayed at once (same graph, new inputs): a replay that returned the previous
-replay's values, or read an input buffer that was not refilled, differs from eager there.
+replay's values, or read an input buffer that was not refilled, differs from eager there. Eager itself is held to
+the model's closed form (`decode_model.expected_logits`), so a wrong reference cannot make both sides agree.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable
 
+from harness.models.decode_model import LORA_SCALES, expected_logits
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
 
@@ -44,6 +46,14 @@ def check_replays_match_eager(target, batches, *, exact: bool) -> None:
             output = target.replay(batch)
             logits = output.next_token_logits.clone()
             expected = target.eager(batch).next_token_logits
+            scales = [LORA_SCALES[i] for i in batch.lora_ids] if target.lora_manager and batch.lora_ids else None
+            by_hand = expected_logits(batch.input_ids, batch.positions, batch.seq_lens,
+                                      decode=batch.forward_mode == "DECODE", lora_scales=scales)
+            try:
+                assert_matches_eager(expected, by_hand.to(expected.dtype), exact=True)
+            except OracleFailure as failure:
+                raise OracleFailure(failure.oracle, f"eager itself differs from the model's closed form on {which} "
+                                    f"batch {batch}: {failure.diagnosis}", **failure.details) from None
             try:
                 assert_matches_eager(logits, expected, exact=exact)
             except OracleFailure as failure:
