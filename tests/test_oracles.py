@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
 
+from harness.counter import counter
+from harness.devices import cpu
 from harness.models.small import ModuleSpec
 from harness.oracles import OracleFailure, compile_contract
 from harness.oracles.compiles import PlatformError, check_compiles
 from harness.oracles.eager import assert_matches_eager
+from harness.oracles.graph_replay import check_eager_forward, check_graph_forward, replay_delta
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.recompile import RecompileWatcher
-from harness.personalities.ascend import AscendUnavailable, _TorchNpuStandIn, ascend_standins
+from harness.personalities.ascend import AscendUnavailable, ascend_standins
 
 
 def fires(oracle: str, *text: str):
@@ -83,15 +87,45 @@ def test_recompile_watcher_fires_with_the_failing_guard():
         return x * 2 if mode == 1 else x + 1
 
     compiled = torch.compile(scaled, backend="eager")
-    with RecompileWatcher("scaled") as watcher:
+    with RecompileWatcher("scaled") as watcher, counter.expect(num_dynamo_frames_compiled=2):
         compiled(torch.ones(2), 1)
         watcher.arm()
         compiled(torch.ones(2), 1)
         watcher.check()  # same guard inputs: quiet
         compiled(torch.ones(2), 3)
+    compiled(torch.ones(2), 5)  # after the watcher's block: not its business
     assert watcher.warmup_compiles == 1
-    with fires("no-recompile", "after capture", "mode == 1"):
+    with fires("no-recompile", "1 frame(s) of scaled after capture", "mode == 1"):
         watcher.check()
+
+
+# graph replay, from the virtual device's counts ----------------------------------------------------------------
+
+def test_graph_replay_oracle_reads_the_virtual_devices_counts():
+    x = torch.ones(2)
+    with cpu.install():
+        graphs = [torch.cuda.CUDAGraph() for _ in range(2)]
+        for graph in graphs:
+            with torch.cuda.graph(graph):
+                x * 2
+        mark = counter.mark()
+        for graph in graphs:  # a forward of two captured pieces
+            graph.replay()
+        check_graph_forward(replay_delta(counter.since(mark)), 2)
+        with fires("graph-replay", "replayed 1 graph(s), the capture recorded 2"):
+            mark = counter.mark()
+            graphs[0].replay()  # one piece ran outside its graph
+            check_graph_forward(replay_delta(counter.since(mark)), 2)
+        mark = counter.mark()
+        check_eager_forward(replay_delta(counter.since(mark)))
+        with fires("graph-replay", "created 1 new graph(s) at serve time"):
+            mark = counter.mark()
+            late = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(late):
+                x * 2
+            for graph in graphs:
+                graph.replay()
+            check_graph_forward(replay_delta(counter.since(mark)), 2)
 
 
 # hook contract ---------------------------------------------------------------------------------------------
@@ -168,8 +202,8 @@ def _wrong_module_hooks():
 
 def test_contract_fires_on_npu_and_builtin_breaks():
     with ascend_standins():
-        from harness.personalities.ascend import CompilerConfig, NpuBackendStandIn
-        backend = NpuBackendStandIn(CompilerConfig())
+        import torchair
+        backend = torchair.get_npu_backend()
     with fires("kwargs-validity", "expected dynamic=False"):
         compile_contract.check("npu", mode=None, module=None, backend=None, options=None,
                                kwargs={"backend": backend, "dynamic": None}, hooks=HookRecorder())
@@ -210,8 +244,23 @@ def test_compiles_fires_on_wrong_numerics():
 
 
 def test_ascend_standin_fails_loudly_on_a_kernel_call():
+    before = getattr(torch, "npu", None), {name for name in sys.modules if name.startswith("torchair")}
     with ascend_standins():
-        assert torch.npu.is_available()
+        assert torch.npu.is_available() and torch.npu.device_count() == 1
         with pytest.raises(AscendUnavailable, match="torch.npu.synchronize"):
             torch.npu.synchronize()
-    assert not isinstance(getattr(torch, "npu", None), _TorchNpuStandIn)  # restored after the block
+        with pytest.raises(AscendUnavailable, match="torch.npu.NPUGraph"):
+            torch.npu.NPUGraph()  # path selection only: no graph off the virtual device
+    after = getattr(torch, "npu", None), {name for name in sys.modules if name.startswith("torchair")}
+    assert after == before  # undone after the block
+
+
+def test_npu_compile_backend_counts_its_compiles():
+    with ascend_standins():
+        import torchair
+        backend = torchair.get_npu_backend()
+    compiled = torch.compile(lambda x: x * 2 + 1, backend=backend)
+    torch._dynamo.reset()
+    with counter.expect(num_platform_backend_compiles=1, num_dynamo_frames_compiled=1):
+        assert compiled(torch.ones(2)).tolist() == [3.0, 3.0]  # 2 * 1 + 1
+        compiled(torch.ones(2))  # same guards: no second compile

@@ -5,10 +5,12 @@ Each test captures a small function whose effect is computable by hand, then che
 from __future__ import annotations
 
 import functools
+import sys
 
 import pytest
 import torch
 
+from harness.counter import counter
 from harness.devices import cpu, get_device
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
@@ -33,12 +35,14 @@ def capture(fn, mode="record"):
 @pytest.mark.parametrize("mode", cpu.MODES)
 def test_replay_after_inputs_changed_gives_the_new_result(virtual, mode):
     x = torch.tensor([1.0, 2.0, 3.0])
-    graph, out = capture(lambda: 3 * x + 19, mode)
+    with counter.expect(num_graphs_created=1, num_graphs_captured=1, num_graph_replays=0):
+        graph, out = capture(lambda: 3 * x + 19, mode)
     assert out.tolist() == [22.0, 25.0, 28.0]  # 3 * [1, 2, 3] + 19, computed during capture
     x.copy_(torch.tensor([10.0, 0.0, -1.0]))
-    graph.replay()
+    with counter.expect(num_graphs_created=0, num_graphs_captured=0, num_graph_replays=1):
+        graph.replay()
     assert out.tolist() == [49.0, 19.0, 16.0]  # 3 * [10, 0, -1] + 19, in the same output tensor
-    assert virtual.CAPTURES[-1].mode == mode
+    assert [c.mode for c in virtual.CAPTURES] == [mode]  # one capture since the fixture's reset_log()
 
 
 def test_record_mode_freezes_a_python_branch_and_side_effect(virtual):
@@ -75,18 +79,19 @@ def test_rerun_mode_runs_the_python_again(virtual):
 
 @pytest.mark.parametrize("mode", cpu.MODES)
 def test_recorded_in_place_update_is_replayed(virtual, mode):
-    counter = torch.zeros(2)
+    total = torch.zeros(2)
     step = torch.tensor([1.0, 2.0])
 
     def body():
-        counter.add_(step)  # in place on a static buffer
-        return counter * 10
+        total.add_(step)  # in place on a static buffer
+        return total * 10
 
     graph, out = capture(body, mode)
-    assert counter.tolist() == [1.0, 2.0]
-    graph.replay()
-    graph.replay()
-    assert counter.tolist() == [3.0, 6.0]  # captured once + replayed twice: 3 * [1, 2]
+    assert total.tolist() == [1.0, 2.0]
+    with counter.expect(num_graph_replays=2):
+        graph.replay()
+        graph.replay()
+    assert total.tolist() == [3.0, 6.0]  # captured once + replayed twice: 3 * [1, 2]
     assert out.tolist() == [30.0, 60.0]
 
 
@@ -138,27 +143,44 @@ def test_capture_state_streams_pools_and_weak_refs(virtual):
     assert torch.get_device_module() is torch.cpu and hasattr(torch.get_device_module, "__wrapped__")
 
 
+def _plug_points():
+    """Everything the device and the npu personality patch, as it is now."""
+    from sglang.srt.platforms import current_platform
+
+    return (torch.cuda.CUDAGraph, torch.cuda.graph, torch.get_device_module, getattr(torch.cpu, "graph", None),
+            getattr(torch, "npu", None), {k: v for k, v in sys.modules.items() if k.split(".")[0] in STANDINS},
+            dict(vars(current_platform)), cpu.current_capture_mode())
+
+
+STANDINS = ("torch_npu", "torchair")
+
+
 def test_install_restores_everything():
-    before = (torch.cuda.CUDAGraph, torch.cuda.graph, torch.get_device_module, getattr(torch.cpu, "graph", None))
-    with cpu.install(personality="npu"):
+    before = _plug_points()
+    with get_device("cpu").install("npu"), cpu.capture_mode("rerun"):
+        from sglang.srt.platforms import current_platform
+
         assert torch.cuda.CUDAGraph is cpu.VirtualGraph and torch.npu.NPUGraph is cpu.VirtualGraph
-    after = (torch.cuda.CUDAGraph, torch.cuda.graph, torch.get_device_module, getattr(torch.cpu, "graph", None))
-    assert before == after and not hasattr(torch, "npu") and not cpu.installed()
+        assert current_platform.is_out_of_tree() and cpu.installed() and cpu.current_capture_mode() == "rerun"
+        assert {"torch_npu", "torchair"} <= set(sys.modules)
+    assert _plug_points() == before and not hasattr(torch, "npu") and not cpu.installed()
 
 
 def test_npu_standin_fails_loudly_on_a_kernel():
-    from harness.devices.npu_standin import AscendKernelCalled
+    from harness.personalities.ascend import AscendUnavailable
 
-    with cpu.install(personality="npu"):
+    with get_device("cpu").install("npu"):
         import torch_npu
 
-        with pytest.raises(AscendKernelCalled, match="npu_fused_infer_attention_score"):
+        with pytest.raises(AscendUnavailable, match="npu_fused_infer_attention_score"):
             torch_npu.npu_fused_infer_attention_score(torch.ones(1))
 
 
 def test_get_device_names_the_choices_for_an_unknown_device():
     with pytest.raises(ValueError, match="cpu, cuda, npu"):
         get_device("tpu")
+    with pytest.raises(ValueError, match="personality 'tpu'"):
+        get_device("cpu").install("tpu").__enter__()
     assert get_device("cpu").available
     cuda = get_device("cuda")
     assert cuda.available or "no CUDA GPU" in cuda.skip_reason

@@ -1,15 +1,17 @@
 """Devices: where graph capture runs. One interface, `get_device(name)`:
 
 - `cpu`  -- the virtual device (`harness.devices.cpu`): CUDA-graph semantics on the CPU, two capture modes
-            ("record", "rerun"), personalities "cuda" and "npu". Always available.
+            ("record", "rerun"), personalities "cuda" and "npu" (`harness.personalities.ascend`, added to the
+            device's patch set). Always available.
 - `cuda` -- a real GPU with real CUDA graphs; skipped with a reason when `torch.cuda.is_available()` is False.
 - `npu`  -- a real Ascend NPU through torch_npu; skipped with a reason when torch_npu does not import or sees no NPU.
 
 A `Device` gives: `name`, `torch_device` (the string SGLang's model runner holds as `device`), `skip_reason`
-(None when usable), `install(personality)` (a context manager plugging the device in where SGLang looks, restored
+(None when usable), `install(personality)` (a context manager plugging the device in where SGLang looks, undone
 on exit; a no-op for real hardware), `capture_mode(mode)` (a context manager choosing the virtual device's capture
 mode; a no-op on real hardware), and `capture_modes_used()` (the mode of each capture since `reset()`:
 "record"/"rerun" on the virtual device, "cuda-graph"/"npu-graph" on hardware, where it is not observed per capture).
+What the virtual device counts (graphs created, captured, replayed) is on `harness.counter.counter`.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import os
 from typing import Callable, Iterator, Optional
 
 DEVICES = ("cpu", "cuda", "npu")
+PERSONALITIES = ("cuda", "npu")
 
 
 @dataclasses.dataclass
@@ -51,11 +54,26 @@ class Device:
         self._reset()
 
 
+@contextlib.contextmanager
+def _virtual_install(personality: str) -> Iterator[None]:
+    """The virtual device, and on its patch set the personality's stand-ins: one unit, undone together."""
+    if personality not in PERSONALITIES:
+        raise ValueError(f"personality {personality!r} is not one of {PERSONALITIES}")
+    from harness.devices import cpu
+
+    with cpu.install() as patches:
+        if personality == "npu":
+            from harness.personalities import ascend
+
+            ascend.install_on_virtual_device(patches)
+        yield
+
+
 def _cpu() -> Device:
     from harness.devices import cpu
 
-    return Device("cpu", "cpu", None, lambda personality: cpu.install(personality=personality), cpu.capture_mode,
-                  lambda: [c.mode for c in cpu.CAPTURES], cpu.reset_log)
+    return Device("cpu", "cpu", None, _virtual_install, cpu.capture_mode, lambda: [c.mode for c in cpu.CAPTURES],
+                  cpu.reset_log)
 
 
 @contextlib.contextmanager

@@ -5,15 +5,18 @@ Graph primitives (the public API; other suites may import these, nothing else he
 - `VirtualGraph()` -- stands in for `torch.cuda.CUDAGraph` / `torch.npu.NPUGraph`.
   `capture_begin(pool=None, ...)`, `capture_end()`, `replay()`, `reset()`, `pool()`, `update(cpu_update_input=...)`
   (the NPUGraph call; recorded in `graph.updates`). After capture: `graph.mode` ("record" or "rerun"),
-  `graph.num_ops` (recorded aten ops, record mode), `graph.replays` (count), `graph.capture_site` ("file:line").
+  `graph.num_ops` (recorded aten ops, record mode), `graph.capture_site` ("file:line").
 - `graph(cuda_graph, pool=None, stream=None, capture_error_mode=None, **ignored)` -- the `torch.cuda.graph` context
   manager: the block inside is captured into `cuda_graph`.
 - `graph_pool_handle()` -> a `VirtualPoolHandle` (opaque, unique per call), `is_current_stream_capturing()` -> bool.
+  Streams, events and `synchronize` are `torch.cpu`'s own.
 - `weak_ref_tensor(t)` / `weak_ref_tensors(x)` -- SGLang's weak references: a tensor aliasing the same storage.
 - `capture_mode(mode)` -- context manager choosing how captures made inside it work: "record" or "rerun".
 - `CAPTURES` -- a list of `CaptureRecord(graph_id, mode, num_ops, site)`, one per capture, in order; `reset_log()`.
-- `install(personality="cuda")` -- context manager that plugs all of the above in where SGLang looks (below) and
-  restores everything on exit; `installed()` says whether it is active.
+  Counts (graphs created, captured, replayed) are bumped on `harness.counter.counter`.
+- `install()` -- context manager that plugs all of the above in where SGLang looks (below) and undoes it on exit;
+  it yields its `pytest.MonkeyPatch`, so a personality installed on top joins the same patch set. `installed()`
+  says whether it is active.
 
 What a capture means, in the two modes:
 - "record": a `TorchDispatchMode` is active while the captured block runs; every aten op, its arguments and its
@@ -31,13 +34,13 @@ What a capture means, in the two modes:
   again, so frozen-branch bugs are not visible in this mode.
 
 Where it plugs in (`install`): `torch.cpu` gains `graph`, `CUDAGraph`, `graph_pool_handle`,
-`is_current_stream_capturing` (the runners take `torch.get_device_module(model_runner.device)`; streams, events and
-`synchronize` are torch.cpu's own); `torch.cuda.CUDAGraph`, `torch.cuda.graph`, `torch.cuda.graph_pool_handle` and
+`is_current_stream_capturing` (the runners take `torch.get_device_module(model_runner.device)`);
+`torch.cuda.CUDAGraph`, `torch.cuda.graph`, `torch.cuda.graph_pool_handle` and
 `torch.cuda.is_current_stream_capturing` are swapped while no real GPU is present (SGLang's full-graph and piecewise
 backends name them directly); `torch.get_device_module` is wrapped (`functools.wraps`, so `__wrapped__` exists) to
 map a call without a device to `torch.cpu`, as `GroupCoordinator.graph_capture` makes; SGLang's `weak_ref_tensor`
-module (which raises at import on a CPU) is provided under both of its names; with `personality="npu"` the
-`harness.devices.npu_standin` stand-ins for `torch.npu` and `torch_npu` are installed as well.
+module (which raises at import on a CPU) is provided under both of its names. The npu personality
+(`harness.personalities.ascend`) is built on top of this module; this module knows nothing of it.
 """
 from __future__ import annotations
 
@@ -50,10 +53,13 @@ import linecache
 import sys
 import threading
 import types
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness.counter import counter
 
 __all__ = [
     "VirtualGraph", "VirtualPoolHandle", "graph", "graph_pool_handle", "is_current_stream_capturing",
@@ -77,8 +83,8 @@ class CaptureRecord:
 
 
 CAPTURES: list[CaptureRecord] = []
-_state = threading.local()
-_default_mode = ["record"]
+_state = threading.local()  # .capturing: the graph this thread is capturing into
+_device = types.SimpleNamespace(capture_mode="record", installs=0)  # set only through MonkeyPatch, so undone
 _graph_ids = itertools.count(1)
 _pool_ids = itertools.count(1)
 
@@ -92,16 +98,13 @@ def capture_mode(mode: str) -> Iterator[None]:
     """Captures started inside this block use `mode` ("record" or "rerun")."""
     if mode not in MODES:
         raise ValueError(f"capture mode {mode!r} is not one of {MODES}")
-    previous = _default_mode[0]
-    _default_mode[0] = mode
-    try:
+    with pytest.MonkeyPatch.context() as patches:
+        patches.setattr(_device, "capture_mode", mode)
         yield
-    finally:
-        _default_mode[0] = previous
 
 
 def current_capture_mode() -> str:
-    return _default_mode[0]
+    return _device.capture_mode
 
 
 def is_current_stream_capturing() -> bool:
@@ -262,7 +265,6 @@ class VirtualGraph:
         self.graph_id = next(_graph_ids)
         self.mode: Optional[str] = None
         self.num_ops = 0
-        self.replays = 0
         self.capture_site = ""
         self.updates: list = []
         self._pool = None
@@ -271,6 +273,7 @@ class VirtualGraph:
         self._rerun: Optional[tuple] = None
         self._frame: Optional[types.FrameType] = None
         self._captured = False
+        counter.num_graphs_created += 1
 
     # -- capture ------------------------------------------------------------------------------------------------
     def capture_begin(self, pool=None, capture_error_mode=None, *, _frame=None) -> None:
@@ -300,6 +303,7 @@ class VirtualGraph:
             _state.capturing = None
             self._frame = None
         self._captured = True
+        counter.num_graphs_captured += 1
         CAPTURES.append(CaptureRecord(self.graph_id, self.mode, self.num_ops, self.capture_site))
 
     def _abort(self) -> None:
@@ -328,7 +332,7 @@ class VirtualGraph:
                     for captured, fresh in zip(old, new):
                         if captured is not fresh:
                             captured.copy_(fresh)
-        self.replays += 1
+        counter.num_graph_replays += 1
 
     def update(self, cpu_update_input=None, **kwargs) -> None:
         """NPUGraph.update: rebinds host-side kernel arguments. Recorded; the static buffers already carry them."""
@@ -348,7 +352,7 @@ class VirtualGraph:
             f.write("\n".join(str(s.func) for s in self._steps))
 
     def __repr__(self) -> str:
-        return f"VirtualGraph(id={self.graph_id}, mode={self.mode}, ops={self.num_ops}, replays={self.replays})"
+        return f"VirtualGraph(id={self.graph_id}, mode={self.mode}, ops={self.num_ops})"
 
 
 class graph:  # noqa: N801 - mirrors torch.cuda.graph
@@ -389,11 +393,9 @@ WEAK_REF_MODULES = (
     "sglang.srt.compilation.weak_ref_tensor",  # older releases
 )
 
-_installed = [0]
-
 
 def installed() -> bool:
-    return _installed[0] > 0
+    return _device.installs > 0
 
 
 def _weak_ref_module(name: str) -> types.ModuleType:
@@ -402,27 +404,6 @@ def _weak_ref_module(name: str) -> types.ModuleType:
     module.weak_ref_tensors = weak_ref_tensors
     module.__file__ = __file__
     return module
-
-
-class _Patches:
-    def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
-
-    def setattr(self, obj, name, value) -> None:
-        missing = object()
-        own = getattr(obj, "__dict__", {})
-        old = own.get(name, missing)  # only the object's own attribute: a class attribute is restored by deleting
-        setattr(obj, name, value)
-        self._undo.append(lambda: delattr(obj, name) if old is missing else setattr(obj, name, old))
-
-    def setmodule(self, name, module) -> None:
-        old = sys.modules.get(name)
-        sys.modules[name] = module
-        self._undo.append(lambda: sys.modules.pop(name, None) if old is None else sys.modules.__setitem__(name, old))
-
-    def undo(self) -> None:
-        while self._undo:
-            self._undo.pop()()
 
 
 def _wrap_get_device_module(original):
@@ -436,32 +417,22 @@ def _wrap_get_device_module(original):
 
 
 @contextlib.contextmanager
-def install(personality: str = "cuda") -> Iterator[None]:
-    """Plug the virtual device into torch and SGLang for the duration of the block; nests; restores on exit."""
-    if personality not in ("cuda", "npu"):
-        raise ValueError(f"personality {personality!r} is not one of ('cuda', 'npu')")
+def install() -> Iterator[pytest.MonkeyPatch]:
+    """Plug the virtual device into torch and SGLang for the duration of the block; nests; undone on exit.
+
+    Yields the block's patch set: patches a personality adds to it are undone with the device's, as one unit."""
     if torch.cuda.is_available():
         raise GraphCaptureError("the cpu virtual device would shadow a real GPU; use --device cuda")
-    patches = _Patches()
-    counted = False
-    try:
+    with pytest.MonkeyPatch.context() as patches:
         for name, value in (("graph", graph), ("CUDAGraph", VirtualGraph), ("graph_pool_handle", graph_pool_handle),
                             ("is_current_stream_capturing", is_current_stream_capturing)):
-            patches.setattr(torch.cpu, name, value)
+            patches.setattr(torch.cpu, name, value, raising=False)
             patches.setattr(torch.cuda, name, value)
         patches.setattr(torch, "get_device_module", _wrap_get_device_module(torch.get_device_module))
         for name in WEAK_REF_MODULES:
-            patches.setmodule(name, _weak_ref_module(name))
+            patches.setitem(sys.modules, name, _weak_ref_module(name))
             parent, _, leaf = name.rpartition(".")
             if parent in sys.modules:
-                patches.setattr(sys.modules[parent], leaf, sys.modules[name])
-        if personality == "npu":
-            from harness.devices import npu_standin
-            npu_standin.install_into(patches)
-        _installed[0] += 1
-        counted = True
-        yield
-    finally:
-        if counted:
-            _installed[0] -= 1
-        patches.undo()
+                patches.setattr(sys.modules[parent], leaf, sys.modules[name], raising=False)
+        patches.setattr(_device, "installs", _device.installs + 1)
+        yield patches

@@ -126,7 +126,3 @@ def ensure(platform: str = "cpu") -> Optional[str]:
         object.__setattr__(root, name.rpartition(".")[2], sys.modules[name])
     _state["installed"] = reason
     return reason
-
-
-def installed() -> bool:
-    return _state["installed"] is not None

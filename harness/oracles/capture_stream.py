@@ -86,15 +86,13 @@ class CaptureStreamWatcher:
 
     Watches logs (a handler on the root logger, which every SGLang logger propagates to, and on the loggers that
     do not propagate) while entered, Python warnings inside `watching_warnings()` blocks, and exceptions
-    leaving either (classified and re-raised; `check()` afterwards reports them as this oracle's failure). `arm()` drops what was seen so far (e.g. capture, when
-    only serving is under test); by default everything counts.
+    leaving either (classified and re-raised; `check()` afterwards reports them as this oracle's failure).
     """
 
     def __init__(self, what: str = "model"):
         self.what = what
         self.sightings: list[Sighting] = []
         self._handler = _Handler(self)
-        self._warnings = None
         self._loggers: list[logging.Logger] = []
         self._levels: list[tuple[logging.Logger, int]] = []
 
@@ -139,16 +137,6 @@ class CaptureStreamWatcher:
             finally:
                 for item in caught:
                     self._see(str(item.message), "warning", f"{item.filename}:{item.lineno}")
-
-    def see_exception(self, error: BaseException) -> Optional[str]:
-        """Classify an exception caught by the caller; returns its signature (and records it) or None."""
-        before = len(self.sightings)
-        self._see(f"{type(error).__name__}: {error}", "exception")
-        return self.sightings[-1].signature if len(self.sightings) > before else None
-
-    def arm(self) -> None:
-        self.sightings.clear()
-        _clear_once_caches()
 
     def check(self, context: str = "") -> None:
         if not self.sightings:

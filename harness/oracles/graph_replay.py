@@ -2,14 +2,20 @@
 
 Known bug 2 on SGLang 0.5.16+ is numerically silent: after the Dynamo recompile the new pieces have no capture
 stream and run eagerly. The runner still reports the graph path (`can_run_graph` was true, `execute` ran), so
-only a count of what the device replayed shows that the captured graphs were bypassed. Counts come from
-`harness.devices.piecewise_support.GraphLedger` (`mark()` before the forward, `since(mark)` after).
+only a count of what the device replayed shows that the captured graphs were bypassed. The evidence is a delta
+of `harness.counter`: `mark = counter.mark()` before the forward, `replay_delta(counter.since(mark))` after.
 """
 from __future__ import annotations
 
 from harness.oracles import OracleFailure
 
 ORACLE = "graph-replay"
+
+
+def replay_delta(since: dict) -> dict:
+    """This oracle's evidence from a `counter.since(mark)` over one forward."""
+    return {"replays": since["num_graph_replays"], "new_graphs": since["num_graphs_created"],
+            "new_captures": since["num_graphs_captured"]}
 
 
 def check_graph_forward(delta: dict, expected_replays: int, *, context: str = "") -> None:

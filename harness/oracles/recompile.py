@@ -2,22 +2,23 @@
 
 A compile at serve time means a guard failed on a value that differs from its capture-time value (known bug 2:
 `forward_mode` MIXED against a capture in EXTEND); the new frame then runs outside the capture session. The
-watcher counts every Dynamo compile start through torch's compile callbacks and keeps the guard-failure text
-that Dynamo logs on its `recompiles` artifact, so the report names the guard that failed.
+count of Dynamo compiles is `harness.counter`'s (`num_dynamo_frames_compiled`); the watcher adds the evidence,
+the guard-failure text Dynamo logs on its `recompiles` artifact, so the report names the guard that failed.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Optional
 
-import torch
-import torch._dynamo
 import torch._logging
 
+from harness.counter import Counter, counter
 from harness.oracles import OracleFailure
 
 ORACLE = "no-recompile"
 _RECOMPILE_LOGGER = "torch._dynamo.guards.__recompiles"
+_COMPILES = "num_dynamo_frames_compiled"
 
 
 class _GuardTextHandler(logging.Handler):
@@ -30,9 +31,9 @@ class _GuardTextHandler(logging.Handler):
 
 
 class RecompileWatcher:
-    """Context manager: `arm()` after capture or warm-up; `check()` raises if Dynamo compiled since.
+    """Context manager: `arm()` after capture or warm-up; `check()` raises if Dynamo compiled since (while entered).
 
-    Compiles before `arm()` are counted in `warmup_compiles` (expected: the capture itself compiles).
+    Compiles before `arm()` are `warmup_compiles` (expected: the capture itself compiles).
     """
 
     _enable_lock = threading.Lock()
@@ -40,11 +41,11 @@ class RecompileWatcher:
 
     def __init__(self, what: str = "model"):
         self.what = what
-        self.compile_ids: list[str] = []
         self.guard_failures: list[str] = []
-        self.armed = False
-        self.warmup_compiles = 0
         self._handler = _GuardTextHandler(self.guard_failures)
+        self._entered: Optional[Counter] = None
+        self._armed: Optional[Counter] = None
+        self._exited: Optional[Counter] = None
 
     @classmethod
     def _enable_recompile_log(cls) -> None:
@@ -55,43 +56,40 @@ class RecompileWatcher:
                 logging.getLogger(_RECOMPILE_LOGGER).propagate = False
                 cls._artifact_enabled = True
 
-    def _on_compile_start(self, args) -> None:
-        trigger = getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")
-        if trigger != "DYNAMO":
-            return
-        if self.armed:
-            self.compile_ids.append(str(getattr(args, "compile_id", "?")))
-        else:
-            self.warmup_compiles += 1
-
     def __enter__(self) -> "RecompileWatcher":
         self._enable_recompile_log()
         logger = logging.getLogger(_RECOMPILE_LOGGER)
         logger.setLevel(logging.DEBUG)
         logger.addHandler(self._handler)
-        torch._dynamo.callback.callback_handler.register_start_callback(self._on_compile_start)
+        self._entered = counter.mark()
         return self
 
     def __exit__(self, *exc) -> None:
-        torch._dynamo.callback.callback_handler.remove_start_callback(self._on_compile_start)
+        self._exited = counter.clone()
         logging.getLogger(_RECOMPILE_LOGGER).removeHandler(self._handler)
+
+    def _compiles(self, start: Optional[Counter], end: Optional[Counter]) -> int:
+        if start is None:
+            return 0
+        return getattr(end or counter, _COMPILES) - getattr(start, _COMPILES)
 
     def arm(self) -> None:
         """From now on every Dynamo compile is a failure; guard text logged before arming is dropped."""
-        self.armed = True
+        self._armed = counter.mark()
         self.guard_failures.clear()
 
     @property
-    def compiles_after_arm(self) -> int:
-        return len(self.compile_ids)
+    def warmup_compiles(self) -> int:
+        return self._compiles(self._entered, self._armed or self._exited)
 
     def check(self, context: str = "") -> None:
-        if not self.compile_ids:
+        compiles = self._compiles(self._armed, self._exited)
+        if not compiles:
             return
         guard = self.guard_failures[-1] if self.guard_failures else "(Dynamo logged no guard failure: a new frame)"
         raise OracleFailure(
             ORACLE,
-            f"Dynamo compiled {len(self.compile_ids)} frame(s) of {self.what} after capture{': ' + context if context else ''}",
-            compile_ids=self.compile_ids,
+            f"Dynamo compiled {compiles} frame(s) of {self.what} after capture{': ' + context if context else ''}",
+            compiles_after_capture=compiles,
             failing_guard=guard,
         )

@@ -1,41 +1,78 @@
-"""Stand-ins for Ascend-only modules (`torch.npu`, `torchair`), so SGLang's NPU branches run on a CPU.
+"""The npu personality: stand-ins for Ascend-only modules, so SGLang takes its NPU code paths on a CPU.
 
-They answer the questions SGLang asks to choose a path (`torch.npu.is_available()`), and build a graph
-compiler that runs the captured FX graph as it is (what torchair does with `debug.run_eagerly`). Anything
-that would need a real Ascend device raises `AscendUnavailable` naming the call, never a silent fake.
+They answer the questions SGLang asks to choose a path (`torch.npu.is_available()`), and provide `torchair`,
+whose backend runs the captured FX graph as traced (what torchair does with `debug.run_eagerly`). Any other
+Ascend name can be imported or referenced, but calling it raises `AscendUnavailable` naming it: an Ascend
+kernel really called here fails loudly, never a silent fake. Two scopes, one set of stand-ins:
+
+- `ascend_standins()`: path selection only (`torch.npu`, `torchair`), for code that never captures a graph.
+- `install_on_virtual_device(patches)`: the npu personality of the cpu virtual device (`get_device("cpu")
+  .install("npu")`), added to the device's patch set. On top of the above: `torch.npu`'s graph primitives are the
+  virtual device's (`NPUGraph` is `VirtualGraph`), its streams, events and `synchronize` are `torch.cpu`'s;
+  `torch_npu` (with `profiler`, `_C`) is provided; and SGLang's platform object (0.5.14+) answers as an
+  out-of-tree platform whose full-graph backend is SGLang's own `NPUCudaGraphBackend` (the decode backend SGLang
+  picks on an NPU; `resolve_decode_backend` picks it by `model_runner.device == "npu"`, which a CPU tensor
+  device cannot be, so the platform's hook is the plug point) and whose compile backend is `npugraph_ex_backend`.
+  Both compile backends bump `counter.num_platform_backend_compiles`.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import types
+from typing import Any, Iterator
 
+import pytest
 import torch
+
+from harness.counter import counter
+from harness.devices.cpu import VirtualGraph, graph, graph_pool_handle, is_current_stream_capturing, weak_ref_tensor
+from harness.versions import module_exists
+
+NPU_FULL_GRAPH_BACKEND_MODULE = "sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend"  # 0.5.14+
+# SGLang's NPU modules imported before the stand-ins go in (those the installed release has)
+NPU_MODULES = ("sglang.srt.hardware_backend.npu.graph_runner.npu_graph_runner", NPU_FULL_GRAPH_BACKEND_MODULE,
+               "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
+               "sglang.srt.model_executor.cuda_graph_runner")
 
 
 class AscendUnavailable(RuntimeError):
-    pass
+    """An Ascend-only function was really called on a machine without an NPU."""
 
 
-class _TorchNpuStandIn(types.ModuleType):
-    """`torch.npu` for path selection only: is_available() is True, any other call fails loudly."""
+class _AscendOnly(types.ModuleType):
+    """A module answering every name it was not given with a function that raises `AscendUnavailable`."""
 
-    def __init__(self):
-        super().__init__("torch.npu")
-
-    @staticmethod
-    def is_available() -> bool:
-        return True
-
-    @staticmethod
-    def device_count() -> int:
-        return 1
-
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise AscendUnavailable(f"torch.npu.{name} was used, but this is the Ascend stand-in on a machine "
-                                f"without an NPU: run with --device npu on Ascend hardware")
+        qualified = f"{self.__name__}.{name}"
+
+        def ascend_only(*args, **kwargs):
+            raise AscendUnavailable(
+                f"{qualified} is Ascend-only and was called on a machine without an NPU (the harness's npu "
+                "personality); run this case with --device npu on Ascend hardware, or keep the code path off it")
+
+        ascend_only.__name__ = name
+        ascend_only.__qualname__ = qualified
+        return ascend_only
+
+
+def _torch_npu(virtual_device: bool) -> types.ModuleType:
+    """`torch.npu`: available, one device; on the virtual device also its graph primitives and torch.cpu's streams."""
+    module = _AscendOnly("torch.npu", "torch.npu stand-in (harness.personalities.ascend)")
+    module.is_available = lambda: True
+    module.device_count = lambda: 1
+    if virtual_device:
+        for name in ("Stream", "Event", "stream", "current_stream", "synchronize", "current_device", "set_device"):
+            setattr(module, name, getattr(torch.cpu, name))
+        module.NPUGraph = VirtualGraph
+        module.graph = graph
+        module.graph_pool_handle = graph_pool_handle
+        module.is_current_stream_capturing = is_current_stream_capturing
+        module.empty_cache = lambda: None
+    return module
 
 
 class CompilerConfig:
@@ -49,19 +86,21 @@ class CompilerConfig:
 class NpuBackendStandIn:
     """The object torchair.get_npu_backend() returns: a torch.compile backend that runs the FX graph as traced."""
 
-    instances: list["NpuBackendStandIn"] = []
-
     def __init__(self, compiler_config: CompilerConfig):
         self.compiler_config = compiler_config
-        self.graphs_compiled = 0
-        NpuBackendStandIn.instances.append(self)
 
     def __call__(self, graph_module, example_inputs):
-        self.graphs_compiled += 1
+        counter.num_platform_backend_compiles += 1
         return graph_module.forward
 
     def __repr__(self):
         return f"<torchair npu backend stand-in mode={self.compiler_config.mode}>"
+
+
+def npugraph_ex_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The platform's compile backend on the virtual device (`get_compile_backend`): runs the FX graph as traced."""
+    counter.num_platform_backend_compiles += 1
+    return gm.forward
 
 
 def _module(name: str, **attrs) -> types.ModuleType:
@@ -90,23 +129,45 @@ def torchair_modules() -> dict[str, types.ModuleType]:
     return names
 
 
+def _install_path_selection(patches: pytest.MonkeyPatch, *, virtual_device: bool) -> None:
+    patches.setattr(torch, "npu", _torch_npu(virtual_device), raising=False)
+    for name, module in torchair_modules().items():
+        patches.setitem(sys.modules, name, module)
+
+
 @contextlib.contextmanager
-def ascend_standins():
-    """Install `torch.npu` and `torchair` stand-ins for the duration of the block, then restore."""
-    modules = torchair_modules()
-    saved_modules = {name: sys.modules.get(name) for name in modules}
-    had_npu, saved_npu = hasattr(torch, "npu"), getattr(torch, "npu", None)
-    sys.modules.update(modules)
-    torch.npu = _TorchNpuStandIn()
-    try:
+def ascend_standins() -> Iterator[None]:
+    """`torch.npu` and `torchair` stand-ins for the duration of the block (path selection only), then undone."""
+    with pytest.MonkeyPatch.context() as patches:
+        _install_path_selection(patches, virtual_device=False)
         yield
-    finally:
-        for name, module in saved_modules.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-        if had_npu:
-            torch.npu = saved_npu
-        else:
-            del torch.npu
+
+
+def install_on_virtual_device(patches: pytest.MonkeyPatch) -> None:
+    """Add the npu personality to the cpu virtual device's patch set (`harness.devices.cpu.install()` yields it).
+
+    SGLang's NPU modules (and through them transformers) are imported first, in the real environment: libraries
+    probe `importlib.util.find_spec("torch_npu")` at import, which a stand-in must not answer.
+    """
+    for name in NPU_MODULES:
+        if module_exists(name):  # each release has some of them
+            importlib.import_module(name)
+    _install_path_selection(patches, virtual_device=True)
+    torch_npu = _AscendOnly("torch_npu", "torch_npu stand-in (harness.personalities.ascend)")
+    for sub in ("profiler", "_C"):
+        module = _AscendOnly(f"torch_npu.{sub}")
+        setattr(torch_npu, sub, module)
+        patches.setitem(sys.modules, f"torch_npu.{sub}", module)
+    torch_npu._C._weak_ref_tensor = weak_ref_tensor
+    patches.setitem(sys.modules, "torch_npu", torch_npu)
+
+    if not (module_exists("sglang.srt.platforms") and module_exists(NPU_FULL_GRAPH_BACKEND_MODULE)):
+        return  # up to 0.5.13: no platform object nor full-graph backend; the NPU runner is chosen by class
+    from sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend import NPUCudaGraphBackend
+    from sglang.srt.platforms import current_platform
+
+    hooks = {"is_out_of_tree": lambda: True, "get_full_graph_backend_cls": lambda: NPUCudaGraphBackend,
+             "get_compile_backend": lambda mode=None: npugraph_ex_backend,
+             "get_device_total_memory": lambda *a, **k: None}
+    for name, hook in hooks.items():  # instance attributes over the class's methods; undo removes them again
+        patches.setitem(vars(current_platform), name, hook)
