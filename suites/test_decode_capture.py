@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
+from harness.counter import counter
 from harness.devices import get_device
 from harness.errors import PathMissing
 from harness.oracles.hooks import HookRecorder
@@ -64,7 +65,9 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
     device.reset()
     decode.fresh_dynamo_when_compiler_changes(case, personality)
     with device.capture_mode(mode), RecompileWatcher("decode forward") as watcher:
+        mark = counter.mark()
         target = layout.make_target(case, personality=personality, device=device.torch_device, hooks=hooks)
+        captured = counter.since(mark)["num_graphs_captured"] if device.counts_graphs else None
         if layout.note:
             ex.note("layout", layout.note)
         if target.dropped_options:
@@ -76,10 +79,11 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
         ex.note("compile_bs", target.compile_bs)
         ex.note("capture_modes", sorted(set(device.capture_modes_used())))
         ex.note("capture_seconds", round(target.capture_seconds, 3))
-        check_patch_model_contract(target, hooks, layout)
+        check_patch_model_contract(target, hooks, layout, graphs_captured=captured)
         batches = batches_for(target.capture_bs)
         ex.note("replayed", [(b.forward_mode, b.batch_size) for b in batches])
-        check_replays_match_eager(target, batches, exact=case.compile_backend == "eager")
+        check_replays_match_eager(target, batches, exact=case.compile_backend == "eager",
+                                  count_replays=device.counts_graphs)
         watcher.check("a replay compiled a frame")
 
 

@@ -12,6 +12,7 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
 - pool_size_not_captured / compile_sizes_off_by_one: `get_batch_sizes_to_capture` adds the request-pool size less
   one, or compiles sizes below `torch_compile_max_bs` only; replays still match eager, so only the contract's
   sizes derived from the case (not read back from the runner) can fail.
+- replay_launches_graph_twice: every replay launches its graph twice (same numbers); the device's replay count fails.
 - is_decode_answers_for_another_mode: `ForwardMode.is_decode` is wrong for every caller, so replay and eager agree;
   eager held to the model's closed form fails.
 """
@@ -54,6 +55,13 @@ COMPILE_OFF_BY_ONE = [(BASE, "if bs <= get_exec().graph.torch_compile_max_bs]", 
 IS_DECODE_WRONG = [("srt/model_executor/forward_batch_info.py",
                     "    def is_decode(self):\n        return self == ForwardMode.DECODE\n",
                     "    def is_decode(self):\n        return self == ForwardMode.TARGET_VERIFY\n")]
+# Each replay launches the graph twice: the output is the same, only the device's replay count shows it.
+REPLAYS_TWICE = [
+    ("srt/model_executor/runner_backend/full_cuda_graph_backend.py",
+     "        with graph_pool_replay_scope():\n            self._graphs[shape_key].replay()\n",
+     "        with graph_pool_replay_scope():\n            self._graphs[shape_key].replay()\n"
+     "            self._graphs[shape_key].replay()\n"),
+]
 
 DYNAMIC = f"{SUITE}::test_replay_matches_eager_and_patch_model_contract"
 STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
@@ -72,6 +80,8 @@ MUTANTS = {
         PADDED_ROWS, DYNAMIC, (), "eager-equality", ["shape or dtype differs from eager"]),
     "replay_skips_graph": (
         SKIP_REPLAY, DYNAMIC, (), "eager-equality", ["not bit-equal to eager"]),
+    "replay_launches_graph_twice": (
+        REPLAYS_TWICE, DYNAMIC, (), "graph-replay", ["replayed 2 graph(s)", "replay 0"]),
     "pool_size_not_captured": (
         POOL_NOT_CAPTURED, DYNAMIC, (), "hook-contract", ["but the case asks for capture"]),
     "is_decode_answers_for_another_mode": (

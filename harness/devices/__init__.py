@@ -36,6 +36,11 @@ class Device:
     _reset: Callable[[], None]
 
     @property
+    def counts_graphs(self) -> bool:
+        """Whether `harness.counter` sees this device's graph captures and replays (the virtual device's own)."""
+        return self.name == "cpu"
+
+    @property
     def available(self) -> bool:
         return self.skip_reason is None
 

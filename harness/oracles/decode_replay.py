@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from harness.counter import counter
 from harness.models.decode_model import LORA_SCALES, expected_logits
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
+from harness.oracles.graph_replay import check_graph_forward, replay_delta
 
 
 def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exact: bool) -> None:
@@ -37,13 +39,16 @@ def shifted(batch):
     return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids])
 
 
-def check_replays_match_eager(target, batches, *, exact: bool) -> None:
+def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool) -> None:
+    """`count_replays` (a device the counter sees): each replay must also have replayed exactly one graph."""
     for index, drawn in enumerate(batches):
         for which, batch in (("drawn", drawn), ("shifted", shifted(drawn))):
             if not target.can_replay(batch):
                 raise OracleFailure("eager-equality", f"the runner refused to replay batch size {batch.batch_size}"
                                     f" although it captured {target.capture_bs}", batch=batch)
+            mark = counter.mark()
             output = target.replay(batch)
+            delta = replay_delta(counter.since(mark))
             logits = output.next_token_logits.clone()
             expected = target.eager(batch).next_token_logits
             scales = [LORA_SCALES[i] for i in batch.lora_ids] if target.lora_manager and batch.lora_ids else None
@@ -61,3 +66,6 @@ def check_replays_match_eager(target, batches, *, exact: bool) -> None:
                                        capture_bs=target.capture_bs)
                 raise OracleFailure(failure.oracle, f"replay {index} ({which} batch of {batch.batch_size} "
                                     f"{batch.forward_mode} row(s)): {failure.diagnosis}", **failure.details) from None
+            if count_replays:  # one graph per size and variant: a replay replays exactly one
+                check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
+                                                      f"{batch.forward_mode} row(s)")

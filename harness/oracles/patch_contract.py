@@ -38,7 +38,8 @@ def expected_sizes(case) -> tuple[list[int], list[int]]:
     return capture, compile_bs
 
 
-def check_patch_model_contract(target, hooks: HookRecorder, layout) -> None:
+def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captured: int | None = None) -> None:
+    """`graphs_captured`: the graphs the device captured during construction, where it counts them."""
     personality = target.personality
     expected = expected_patch_name(personality, layout)
     # graphs per size: the LoRA and the "nolora" variant when the (CUDA) runner records both, else one
@@ -48,6 +49,9 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout) -> None:
         raise OracleFailure(ORACLE, f"the runner captures sizes {target.capture_bs} and compiles {target.compile_bs}, "
                                     f"but the case asks for capture {sizes} and compile {compile_bs} "
                                     "(see expected_sizes)", case=target.case)
+    if graphs_captured is not None and graphs_captured != len(sizes) * variants:
+        raise OracleFailure(ORACLE, f"the runner captured {graphs_captured} graph(s), expected {len(sizes) * variants} "
+                                    f"({len(sizes)} sizes x {variants} LoRA variant(s))", capture_bs=sizes)
     entries = target.patch_model_seen
     ran = Counter(e.name for e in entries)
     others = {name: n for name, n in ran.items() if name != expected}

@@ -3,8 +3,8 @@
     session = PrefillSession.get(case)          # cached: one live target per process (see below)
     outcome = session.step(batch, ex)           # SGLang's dispatch for one forward, then all oracles
 
-A session enters the virtual device (`harness.devices.cpu.install()` in the case's capture mode), a graph ledger,
-a `RecompileWatcher` and a `CaptureStreamWatcher`, and builds the target (SGLang compiles and captures). The
+A session enters the virtual device (`harness.devices.cpu.install()` in the case's capture mode), a
+`RecompileWatcher` and a `CaptureStreamWatcher`, and builds the target (SGLang compiles and captures). The
 recompile watcher is armed once capture is done; the capture-stream watcher watches capture too (a capture
 session that never set the stream shows there first).
 
@@ -21,13 +21,13 @@ from typing import Optional
 
 import torch
 
+from harness.counter import counter
 from harness.devices import cpu
-from harness.devices.piecewise_support import graph_ledger
 from harness.models.prefill_model import NUM_LAYERS, reference_logits
 from harness.oracles import OracleFailure
 from harness.oracles.capture_stream import CaptureStreamWatcher
 from harness.oracles.eager import assert_matches_eager
-from harness.oracles.graph_replay import check_eager_forward, check_graph_forward
+from harness.oracles.graph_replay import check_eager_forward, check_graph_forward, replay_delta
 from harness.oracles.process_state import check_at_rest
 from harness.oracles.recompile import RecompileWatcher
 from harness.targets import prefill
@@ -84,13 +84,14 @@ class PrefillSession:
         try:
             self._stack.enter_context(cpu.install())
             self._stack.enter_context(cpu.capture_mode(case.device_capture_mode))
-            self.ledger = self._stack.enter_context(graph_ledger())
+            opened = counter.mark()
             self.recompiles = self._stack.enter_context(RecompileWatcher("the prefill model's forward"))
             self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
             with self.streams.watching_warnings():
                 self.target = self.layout.make_target(case)
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
             self.expected_sizes, self.graphs_per_shape = expected_capture(case)
+            self.captured = counter.since(opened)["num_graphs_captured"]
             self.capture_compiles = self.recompiles.warmup_compiles
             self.recompiles.arm()
             self.probes = self.target.state_probes()
@@ -113,11 +114,11 @@ class PrefillSession:
             raise OracleFailure("graph-replay", f"the runner captured token counts {sorted(self.capture_sizes)}, "
                                 f"the case configures {sizes} (sorted(set(capture_tokens)))",
                                 capture_sizes=self.capture_sizes, expected_sizes=sizes)
-        if self.ledger.captured != len(sizes) * per_size:
-            raise OracleFailure("graph-replay", f"the capture recorded {self.ledger.captured} graph(s), expected "
+        if self.captured != len(sizes) * per_size:
+            raise OracleFailure("graph-replay", f"the capture recorded {self.captured} graph(s), expected "
                                 f"{len(sizes) * per_size} ({len(sizes)} token counts x {per_size} graph(s) each for "
                                 f"the {self.case.backend} backend)", capture_sizes=self.capture_sizes,
-                                captured=self.ledger.captured)
+                                captured=self.captured)
 
     # -- one forward -------------------------------------------------------------------------------------------
     def prefill_history(self, batch: Batch) -> None:
@@ -147,15 +148,15 @@ class PrefillSession:
 
     def _step(self, batch: Batch, ex, check_eager: bool) -> Outcome:
         expected = self.target.eager(batch) if check_eager and batch.requests else None
-        mark = self.ledger.mark()
+        mark = counter.mark()
         mode = batch.forward_mode.name
         try:
             with self.streams.watching_warnings():
                 logits, graph_path, _ = self.target.forward(batch)
         except Exception as error:  # noqa: BLE001 - classified below
             self._check_watchers(batch)
-            return Outcome("sglang-error", error=error, replay=self.ledger.since(mark))
-        delta = self.ledger.since(mark)
+            return Outcome("sglang-error", error=error, replay=replay_delta(counter.since(mark)))
+        delta = replay_delta(counter.since(mark))
         outcome = Outcome("graph" if graph_path else "eager", logits=logits, replay=delta)
         if ex is not None:
             ex.note("path", outcome.path)
