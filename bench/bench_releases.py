@@ -1,6 +1,7 @@
-"""The prefill suite on every SGLang release environment under .venvs/ (and the default .venv): pass/fail, the
-first failing oracle with its diagnosis, the time, and whether that matches the release history of known bug 2
-(MIXED is normalised before the piecewise replay from 0.5.10: 0.5.9 must fail, later releases pass).
+"""The prefill suite on every SGLang release environment (.venvs/, or $HARNESS_RELEASE_ENVS) and the default
+.venv: pass/fail, the first failing oracle with its diagnosis, the time, and whether that matches the release
+history of known bug 2 (MIXED is normalised before the piecewise replay from 0.5.10: 0.5.9 must fail, later
+releases pass).
 
     python bench/bench_releases.py [--suite suites/test_prefill_pcg.py] [--only 0.5.9 0.5.10] [--out FILE.json]
                                    [-- extra pytest args]
@@ -12,80 +13,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.record import read_records  # noqa: E402
-
-SUITE = "suites/test_prefill_pcg.py"
-BUG2_ORACLES = ("no-recompile", "capture-stream", "graph-replay")
-FIXED_IN = (0, 5, 10)  # first release that maps MIXED to EXTEND before the piecewise replay (SGLang PR #20441)
+from harness.releases import BUG2_ORACLES, REPO, SUITE, envs_dir, expected, run_release, sglang_version  # noqa: E402
 
 
 def environments() -> list[tuple[str, Path]]:
-    """(label, python) for .venv and every .venvs/<name>/ that has a Python."""
+    """(label, python) for .venv and every release environment (harness.releases.envs_dir()) that has a Python."""
     found = []
     default = REPO / ".venv" / "bin" / "python"
     if default.exists():
         found.append((".venv", default))
-    for env in sorted((REPO / ".venvs").glob("*")):
+    for env in sorted(envs_dir().glob("*")):
         python = env / "bin" / "python"
         if python.exists():
             found.append((env.name, python))
     return found
-
-
-def sglang_version(python: Path) -> str | None:
-    done = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
-                          capture_output=True, text=True, timeout=120)
-    return done.stdout.strip() or None if done.returncode == 0 else None
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", version)[:3])
-
-
-def expected(version: str) -> str:
-    """'fail' where known bug 2 is in the release, 'pass' where it is fixed."""
-    return "fail" if _version_tuple(version) < FIXED_IN else "pass"
-
-
-def run_release(python: Path, *, suite: str = SUITE, extra: tuple[str, ...] = (), timeout: float = 1800,
-                report_dir: Path | None = None) -> dict:
-    """Run `suite` with `python` in a fresh process; the verdict, the first failure record and the time."""
-    report_dir = report_dir or Path(tempfile.mkdtemp(prefix="bench-release-"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(
-        os.pathsep))
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST", "HARNESS_CONDITIONS", "HARNESS_MUTANT",
-                 "HARNESS_RUN_ID", "HARNESS_SEED"):
-        env.pop(name, None)
-    command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", suite, "-q", "-rs",
-               "--report-dir", str(report_dir), *extra]
-    started = time.time()
-    try:
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-        code, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired:
-        code, output = 124, f"timed out after {timeout} s"
-    wall = time.time() - started
-    failures = read_records(report_dir / "failures.jsonl")
-    counts = re.findall(r"^(?:=+ )?(\d+ (?:passed|failed|skipped|xfailed|xpassed|error)[^\n=]*)", output, re.M)
-    first = failures[0] if failures else {}
-    return {"exit": code, "verdict": "pass" if code == 0 else "fail", "wall_s": round(wall, 1),
-            "counts": counts[-1].strip() if counts else output.strip().splitlines()[-1:] or "",
-            "first_test": first.get("test"), "first_oracle": first.get("oracle"),
-            "first_diagnosis": (first.get("diagnosis") or "")[:300], "first_drawn": first.get("drawn"),
-            "failures": [{"test": f.get("test"), "oracle": f.get("oracle"), "drawn": f.get("drawn"),
-                          "diagnosis": (f.get("diagnosis") or "")[:300]} for f in failures],
-            "report_dir": str(report_dir), "command": " ".join(command)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The suites against real SGLang releases, each in its own environment under .venvs/.
+"""The suites against real SGLang releases, each in its own environment (harness.releases: built by .ci/run).
 
 - Prefill (known bug 2's release history): 0.5.9 passes MIXED through `replay_prepare` and must fail with bug 2's
   diagnosis, found by generated examples; 0.5.10, the first release with the MIXED -> EXTEND normalisation, and
@@ -8,38 +8,56 @@
   pass; a mutant of 0.5.9's `replay` that returns the padded rows must fail the eager oracle.
 - Gate (known bug 1's history on main): `python -m harness gate TREE` on main-branch trees (see BUG1_TREES).
 
-Those environments are built by hand on a development machine (see requirements/sglang-<version>.txt); CI does not
-have them, so each case skips, naming the missing environment. A skip here proves nothing: run
-`python bench/bench_releases.py` where the environments exist.
+Under CI (CI set) a missing environment or tree fails the case; elsewhere it skips, naming what is missing.
 """
 from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from bench.bench_releases import BUG2_ORACLES, REPO, expected, run_release, sglang_version
 from harness.record import read_records
+from harness.releases import (BUG2_ORACLES, REPO, SUITE, build_command, expected, release_env, release_python,
+                              run_release, sglang_version)
 from harness.targets.decode.v0_5_9 import NOTE as PRE14_NOTE
 from tests.mutant_runs import failure_records, run_suite_on_mutant
 
-SUITE = "suites/test_prefill_pcg.py"
-RELEASES = ("0.5.9", "0.5.10", "0.5.14")
+RELEASES = ("0.5.9", "0.5.10", "0.5.14", "0.5.19")
 HYPOTHESIS_TESTS = ("test_piecewise_capture_grid_and_replay", "test_piecewise_inductor_pieces",
                     "TestPrefillMachine")  # tests without a pinned explicit example
+# Archives of main-branch trees (shared/sglang-trees/README.md), beside the project's checkout.
+TREES = Path(os.environ.get("HARNESS_SGLANG_TREES") or REPO.parent / "shared" / "sglang-trees")
 
 
-def _python(version: str):
-    python = REPO / ".venvs" / f"sglang-{version}" / "bin" / "python"
+def _missing(reason: str) -> None:
+    """A release check that cannot run: a failure under CI, which must run it; a skip elsewhere."""
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"{reason}; under CI (CI={os.environ['CI']}) this release check must run, not skip", pytrace=False)
+    pytest.skip(f"{reason}; this release check did not run")
+
+
+def _python(version: str) -> Path:
+    python = release_python(version)
     if not python.exists():
-        pytest.skip(f"no SGLang {version} environment at {python.parent.parent} (built by hand, not in CI); "
-                    "this release check did not run")
+        _missing(f"no SGLang {version} environment at {python.parent.parent} (build it: {build_command(version)})")
     found = sglang_version(python)
     if found != version:
-        pytest.skip(f"{python} holds SGLang {found}, not {version}")
+        _missing(f"{python} holds SGLang {found}, not {version} (rebuild it: {build_command(version)})")
     return python
+
+
+def _tree(commit: str, into: Path) -> Path:
+    """Main-branch tree `commit`, unpacked from its archive into `into` (a temporary folder)."""
+    archive = TREES / f"sglang-{commit}.tar.gz"
+    if not archive.is_file():
+        _missing(f"no archive of SGLang main at {commit}: {archive} (set HARNESS_SGLANG_TREES to the folder of "
+                 "sglang-<commit>.tar.gz)")
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / f"sglang-{commit}"
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -62,7 +80,7 @@ def test_prefill_suite_matches_bug2_history(version, tmp_path):
 
 
 # Known bug 1 lived on SGLang's main branch between 2495c02c (PR #23906) and 70c71ba1 (PR #27774). Trees from
-# `git archive <commit> python` of a repository carrying main's history (Oasis-Git/sglang), outside the project;
+# `git archive <commit> python` of a repository carrying main's history (Oasis-Git/sglang), in TREES;
 # they pin torch 2.11.0, as 0.5.14 does, so they run in the 0.5.14 environment.
 # The prefill suite found a second, unrelated bug on main at 70c71ba1: with torch 2.11 (main since 2026-05-02,
 # PR #21247) Inductor reads `shape_env.var_to_hint_override`, which SGLang's AlwaysHitShapeEnv lacked until
@@ -75,12 +93,11 @@ BUG1_TREES = {"2495c02c": "bug 1", "70c71ba1": "AlwaysHitShapeEnv only", "4ed698
 
 @pytest.mark.parametrize("commit", sorted(BUG1_TREES))
 def test_gate_matches_bug1_history(commit, tmp_path):
-    tree = Path(os.environ.get("HARNESS_SGLANG_TREES", "/tmp")) / f"sglang-{commit}"
-    if not (tree / "python" / "sglang").is_dir():
-        pytest.skip(f"no SGLang tree at {tree} (set HARNESS_SGLANG_TREES; built by hand, not in CI)")
     python = _python("0.5.14")
+    tree = _tree(commit, tmp_path)
     run = subprocess.run([str(python), "-m", "harness", "gate", str(tree), "--personality", "npu",
-                          "--report-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=1800)
+                          "--report-dir", str(tmp_path)], cwd=REPO, env=release_env(), capture_output=True,
+                         text=True, timeout=1800)
     failures = failure_records(tmp_path)
     if BUG1_TREES[commit] == "pass":
         assert run.returncode == 0, run.stdout[-4000:]
