@@ -5,34 +5,12 @@ Anything after the known options goes to pytest unchanged (e.g. `-k decode`, `-n
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ADAPTERS = ("compile_kwargs", "decode_capture", "prefill_pcg")
-
-
-def _missing_reason(name: str) -> str | None:
-    """Why the installed SGLang lacks the path of suite `name` (None: the adapter drives it)."""
-    from harness.errors import PathMissing
-
-    if name == "compile_kwargs":
-        from harness.targets import compile_kwargs
-        try:
-            compile_kwargs.load()
-        except PathMissing as missing:
-            return str(missing)
-        return None
-    module = importlib.import_module("harness.targets." + {"decode_capture": "decode",
-                                                           "prefill_pcg": "prefill"}[name])
-    try:
-        module.load()
-    except PathMissing as missing:
-        return str(missing)
-    return None
 
 
 def _pytest(args: list[str]) -> int:
@@ -101,8 +79,9 @@ def selftest(options, extra: list[str]) -> int:
 
 
 def targets(options, extra: list[str]) -> int:
+    from harness import registry
     from harness.compat import prepare_torchvision
-    from harness.errors import HarnessError
+    from harness.errors import HarnessError, PathMissing
     from harness.versions import versions
 
     try:
@@ -112,12 +91,14 @@ def targets(options, extra: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"SGLang {found['sglang']} at {found['sglang_path']}; torch {found['torch']}")
-    for name in ADAPTERS:
+    for suite in registry.SUITES:
         try:
-            reason = _missing_reason(name)
-            print(f"  {name:<16} {'missing: ' + reason if reason else 'available'}")
+            suite.load()
+            print(f"  {suite.name:<16} available")
+        except PathMissing as missing:
+            print(f"  {suite.name:<16} missing: {missing}")
         except Exception as error:  # an adapter that cannot even load is worth a line, not a traceback
-            print(f"  {name:<16} broken: {type(error).__name__}: {error}")
+            print(f"  {suite.name:<16} broken: {type(error).__name__}: {error}")
     return 0
 
 
@@ -133,18 +114,21 @@ def repro(options, extra: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.profiles import PROFILES
+    from harness.pytest_plugin import DEVICES
+
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("campaign", help="fuzz every suite against the installed SGLang, with a report")
-    run.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"))
-    run.add_argument("--profile", default="gate", choices=("gate", "nightly", "repro"))
+    run.add_argument("--device", default="cpu", choices=DEVICES)
+    run.add_argument("--profile", default="gate", choices=PROFILES)
     run.add_argument("--report-dir", default=None, help="default reports/campaign-TIMESTAMP")
     run.add_argument("--suites", nargs="+", default=["suites"], metavar="PATH",
                      help="suite files or folders to run (default: all of suites/)")
     run.set_defaults(handler=campaign)
     pre_merge = commands.add_parser("gate", help="pre-merge gate: every suite's gate profile on an SGLang source tree")
     pre_merge.add_argument("tree", help="an SGLang checkout (the folder holding python/sglang)")
-    pre_merge.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"))
+    pre_merge.add_argument("--device", default="cpu", choices=DEVICES)
     pre_merge.add_argument("--report-dir", default=None, help="default reports/gate-TIMESTAMP")
     pre_merge.set_defaults(handler=gate)
     commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)

@@ -17,12 +17,9 @@ PROFILES = ("gate", "nightly", "repro")
 NIGHTLY_FACTOR = 10
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
-_active = "gate"
-
 
 def activate(name: str, database) -> None:
     """Register the three profiles over `database` and load `name`; called by the pytest plugin."""
-    global _active
     from harness.conditions import conditions
 
     common = dict(deadline=None, print_blob=True, database=database, suppress_health_check=_SLOW_OK)
@@ -32,11 +29,6 @@ def activate(name: str, database) -> None:
     settings.register_profile("nightly", max_examples=20 * NIGHTLY_FACTOR, **common, **search)
     settings.register_profile("repro", max_examples=20, phases=[Phase.explicit, Phase.reuse], **common)
     settings.load_profile(name)
-    _active = name
-
-
-def active() -> str:
-    return _active
 
 
 def suite_settings(gate_examples: int, *, shrink_in_gate: bool = True, **overrides) -> settings:
@@ -46,8 +38,9 @@ def suite_settings(gate_examples: int, *, shrink_in_gate: bool = True, **overrid
     then reports the first failing example as found; nightly and repro searches still shrink. A mutant
     self-test run (HARNESS_MUTANT set) needs only the verdict and never shrinks.
     """
-    factor = NIGHTLY_FACTOR if _active == "nightly" else 1
-    no_shrink = os.environ.get("HARNESS_MUTANT") or (_active == "gate" and not shrink_in_gate)
-    if no_shrink and _active != "repro" and "phases" not in overrides:
+    active = settings.get_current_profile_name()
+    factor = NIGHTLY_FACTOR if active == "nightly" else 1
+    no_shrink = os.environ.get("HARNESS_MUTANT") or (active == "gate" and not shrink_in_gate)
+    if no_shrink and active != "repro" and "phases" not in overrides:
         overrides["phases"] = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
     return settings(max_examples=gate_examples * factor, **overrides)

@@ -15,27 +15,38 @@ import os
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from harness.oracles import OracleFailure
 
-_sink: dict[str, Any] = {"path": None, "context": {}, "dir": None, "timeout": 0.0}
+
+@dataclasses.dataclass
+class Sink:
+    """Where this process's records go: `path` (None: nowhere), the run-wide `context` each record carries, the
+    report directory for the in-flight marker, `timeout` seconds (0: none) before a hung example ends its process,
+    and the `process` name (`main`, or the xdist worker's id) in the marker's and the hang dump's file names."""
+    path: Optional[Path] = None
+    context: dict = dataclasses.field(default_factory=dict)
+    dir: Optional[Path] = None
+    timeout: float = 0.0
+    process: str = "main"
 
 
-def configure(report_dir: Path | None, context: dict, example_timeout: float = 0.0) -> Path | None:
+# Suites call `example()` without a fixture, so the sink the plugin configured is kept here for them.
+_sink = Sink()
+
+
+def configure(report_dir: Path | None, context: dict, example_timeout: float = 0.0,
+              worker: str | None = None) -> None:
     """Point the writer at `report_dir` (None: records are kept in memory only) with run-wide `context`;
-    `example_timeout` seconds (0: none) after which a hung example ends its process (see `example`)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    `example_timeout` seconds (0: none) after which a hung example ends its process (see `example`); `worker`:
+    the xdist worker this process is (its records go to examples.WORKER.jsonl)."""
+    global _sink
     path = None
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
         path = report_dir / (f"examples.{worker}.jsonl" if worker else "examples.jsonl")
-    _sink.update(path=path, context=dict(context), dir=report_dir, timeout=example_timeout)
-    return path
-
-
-def process_name() -> str:
-    return os.environ.get("PYTEST_XDIST_WORKER") or "main"
+    _sink = Sink(path, dict(context), report_dir, example_timeout, worker or "main")
 
 
 def inflight_path(report_dir: Path, process: str) -> Path:
@@ -51,24 +62,23 @@ def hang_path(report_dir: Path, process: str) -> Path:
 def _guarded(record: dict):
     """Mark the example in flight and arm the watchdog: a hang past the limit dumps every thread's stack to
     hang.PROCESS.txt and ends the process, which xdist reports and replaces (the campaign goes on)."""
-    report_dir = _sink["dir"]
-    if report_dir is None:
+    sink = _sink
+    if sink.dir is None:
         yield
         return
-    process = process_name()
-    inflight = inflight_path(report_dir, process)
-    inflight.write_text(json.dumps({**record, "started": time.time(), **_sink["context"]}, default=repr))
+    inflight = inflight_path(sink.dir, sink.process)
+    inflight.write_text(json.dumps({**record, "started": time.time(), **sink.context}, default=repr))
     hang_file = None
-    if _sink["timeout"] > 0:
-        hang_file = open(hang_path(report_dir, process), "w")
-        faulthandler.dump_traceback_later(_sink["timeout"], exit=True, file=hang_file)
+    if sink.timeout > 0:
+        hang_file = open(hang_path(sink.dir, sink.process), "w")
+        faulthandler.dump_traceback_later(sink.timeout, exit=True, file=hang_file)
     try:
         yield
     finally:
         if hang_file is not None:
             faulthandler.cancel_dump_traceback_later()
             hang_file.close()
-            hang_path(report_dir, process).unlink(missing_ok=True)
+            hang_path(sink.dir, sink.process).unlink(missing_ok=True)
         inflight.unlink(missing_ok=True)
 
 
@@ -118,8 +128,8 @@ def _is_final_run() -> bool:
 
 
 def write(record: dict) -> None:
-    if _sink["path"] is not None:
-        write_to(_sink["path"], record)
+    if _sink.path is not None:
+        write_to(_sink.path, record)
 
 
 def write_to(path: Path, record: dict) -> None:
@@ -149,10 +159,12 @@ def example(suite: str, **drawn):
     except OracleFailure as failure:
         record.update(verdict="fail", oracle=failure.oracle, diagnosis=failure.diagnosis,
                       details=jsonable(failure.details))
+        setattr(failure, _RECORD, record)
         raise
     except Exception as error:  # a crash of the target: recorded with its traceback, then re-raised
         record.update(verdict="error", oracle="crash", diagnosis=f"{type(error).__name__}: {error}"[:2000],
                       details={"traceback": traceback.format_exc(limit=12)[-4000:]})
+        setattr(error, _RECORD, record)
         raise
     except BaseException as other:  # pytest.skip, Hypothesis control flow
         if type(other).__name__ == "Skipped":
@@ -165,15 +177,21 @@ def example(suite: str, **drawn):
     finally:
         if record:
             record.update(notes=jsonable(ex.notes), seconds=round(time.perf_counter() - started, 4),
-                          final=_is_final_run(), ts=time.time(), **_sink["context"])
+                          final=_is_final_run(), ts=time.time(), **_sink.context)
             write(record)
-            if record.get("verdict") in ("fail", "error"):
-                _last_failures[record["test"]] = record
 
 
-_last_failures: dict[str, dict] = {}
+_RECORD = "harness_record"
 
 
-def last_failure(test: str) -> dict:
-    """The last failing or crashing record of `test` in this process (Hypothesis's final, shrunk example)."""
-    return _last_failures.get(test, {})
+def record_of(error: BaseException) -> dict:
+    """The record of the failing example that raised `error` (the first such one in an exception group): what
+    Hypothesis re-raises is the final, shrunk example's exception. {} when no example raised it."""
+    found = getattr(error, _RECORD, None)
+    if found is not None:
+        return found
+    for inner in getattr(error, "exceptions", ()):
+        found = record_of(inner)
+        if found:
+            return found
+    return {}

@@ -22,13 +22,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness import registry
 from harness.errors import HarnessError
 from harness.mutants import REPO_ROOT, run_pytest
 
 RECORD_FORMAT = 1
 MAX_BYTES = 20 * 1024 * 1024
-SUITES = {"compile_kwargs": "suites/test_compile_kwargs.py", "decode_capture": "suites/test_decode_capture.py",
-          "prefill_pcg": "suites/test_prefill_pcg.py"}
 MODES = ("EXTEND", "DECODE", "MIXED", "IDLE", "TARGET_VERIFY", "DRAFT_EXTEND", "DRAFT_EXTEND_V2", "PREBUILT",
          "SPLIT_PREFILL", "DLLM_EXTEND")
 
@@ -150,7 +149,7 @@ def classify(text: str) -> tuple[Signature, str, dict]:
 def search(suite: str, conditions: dict, budget: float, work: Path) -> dict | None:
     """Run the suite narrowed to `conditions` until a failure or the budget; the first failing record."""
     seed = random.SystemRandom().randrange(2**32)
-    run_pytest([SUITES[suite], "-x", "-q", "--profile", "nightly", "--hypothesis-seed", str(seed),
+    run_pytest([registry.get(suite).paths[0], "-x", "-q", "--profile", "nightly", "--hypothesis-seed", str(seed),
                 "--report-dir", str(work)], timeout=budget, env={"HARNESS_CONDITIONS": json.dumps(conditions)})
     for name in ("failures.jsonl", "examples.jsonl"):
         path = work / name
@@ -166,10 +165,10 @@ def search(suite: str, conditions: dict, budget: float, work: Path) -> dict | No
 
 
 def _suite_of(record: dict) -> str:
-    for name, path in SUITES.items():
-        if record.get("test", "").startswith(path) or record.get("suite") == name:
-            return name
-    raise HarnessError(f"the record names test {record.get('test')!r}, which no suite of this harness has")
+    suite = registry.suite_of(record)
+    if suite is None:
+        raise HarnessError(f"the record names test {record.get('test')!r}, which no suite of this harness has")
+    return suite.name
 
 
 SCRIPT = '''#!/usr/bin/env python
@@ -208,7 +207,7 @@ def test_{name}():
 
 
 def write_outputs(record: dict, suite: str, out: Path) -> tuple[Path, Path]:
-    module = SUITES[suite].removesuffix(".py").replace("/", ".")
+    module = registry.get(suite).module
     digest = hashlib.sha256(json.dumps(record["drawn"], sort_keys=True).encode()).hexdigest()[:8]
     name = f"{suite}_{record.get('oracle', 'crash').replace('-', '_')}_{digest}"
     fields = dict(oracle=record.get("oracle"), diagnosis=str(record.get("diagnosis")).replace('"""', "'''")[:300],
@@ -237,7 +236,7 @@ def repro(path: str, budget: float, out: Path) -> int:
         record = search(suite, conditions, budget, Path(tempfile.mkdtemp(prefix="harness-repro-")))
         if record is None:
             print(f"[repro] not reproduced within {budget:.0f} s; widen the budget with --budget, or run the "
-                  f"nightly profile of {SUITES[suite]}")
+                  f"nightly profile of {registry.get(suite).paths[0]}")
             return 1
         print(f"[repro] reproduced after {time.time() - started:.1f} s: [{record.get('oracle')}] "
               f"{record.get('diagnosis')}\n[repro] drawn: {json.dumps(record.get('drawn'))}")

@@ -1,7 +1,8 @@
 """How much of SGLang's targeted code a run really executed (coverage.py restricted to those files, or to
 named functions in them), so people can see what the harness drives and what it leaves unreached.
 
-Targets are `path/in/sglang[::function]`; a function target counts only the statements inside it.
+Targets are `path/in/sglang[::function]`, per suite in `harness.registry`; a function target counts only the
+statements inside it.
 """
 from __future__ import annotations
 
@@ -9,30 +10,7 @@ import ast
 import os
 from pathlib import Path
 
-TARGETS: dict[str, list[str]] = {
-    "compile_kwargs": [
-        "multimodal_gen/runtime/utils/torch_compile.py::build_torch_compile_kwargs",
-        "multimodal_gen/runtime/utils/torch_compile.py::resolve_torch_compile_kwargs",
-    ],
-    "decode_capture": [
-        "srt/model_executor/runner/decode_cuda_graph_runner.py",
-        "srt/model_executor/runner/base_cuda_graph_runner.py",
-        "srt/model_executor/runner_backend/full_cuda_graph_backend.py",
-        "srt/compilation/torch_compile_decoration.py",
-    ],
-    # Reached only with --personality npu: SGLang's own NPU runner and backend on the virtual device.
-    "decode_capture_npu": [
-        "srt/hardware_backend/npu/graph_runner/npu_graph_runner.py",
-        "srt/hardware_backend/npu/graph_runner/npu_cudagraph_backend.py",
-    ],
-    "prefill_pcg": [
-        "srt/model_executor/runner/prefill_cuda_graph_runner.py",
-        "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py",
-        "srt/compilation/backend.py",
-        "srt/compilation/compile.py",
-        "srt/compilation/cuda_piecewise_backend.py",
-    ],
-}
+from harness.registry import coverage_rows
 
 
 def _function_lines(path: Path, name: str) -> set[int] | None:
@@ -51,7 +29,7 @@ class SGLangCoverage:
 
         self.root = Path(sglang_dir)
         self.data_file = Path(report_dir) / ".sglang-coverage"
-        files = {t.split("::")[0] for targets in TARGETS.values() for t in targets}
+        files = {t.split("::")[0] for _, _, targets in coverage_rows().values() for t in targets}
         self.include = [str(self.root / f) for f in files]
         self.cov = coverage.Coverage(data_file=str(self.data_file), data_suffix=True, include=self.include,
                                      config_file=False)
@@ -71,7 +49,7 @@ class SGLangCoverage:
         combined.combine(data_paths=[str(self.data_file.parent)], keep=False)
         data = combined.get_data()
         records = []
-        for suite, targets in TARGETS.items():
+        for suite, (_, _, targets) in coverage_rows().items():
             per_file, statements_total, covered_total = {}, 0, 0
             for target in targets:
                 relative, _, function = target.partition("::")

@@ -9,22 +9,16 @@ import html
 import json
 from pathlib import Path
 
+from harness import registry
 from reports.summary import VERDICTS, load, ran_suites_coverage
 
-# The two drawn values each suite's picture is drawn over (x, y); other suites use their first two scalars.
-AXES = {
-    "compile_kwargs": ("platform", "backend"),
-    "decode_capture": ("batch size", "forward mode"),
-    "prefill_pcg": ("num_tokens", "forward_mode"),
-    "prefill_pcg_stateful": ("num_tokens", "forward_mode"),
-}
-
-
-def _points(suite: str, row: dict, x_key: str, y_key: str) -> list[tuple[str, str]]:
-    """The cells one example lands in: its drawn (x, y), or for the decode suite each batch it replayed."""
-    if suite == "decode_capture":
-        return [(str(bs), str(mode)) for mode, bs in row.get("notes", {}).get("replayed", [])]
+def _points(picture, row: dict, x_key: str, y_key: str) -> list[tuple[str, str]]:
+    """The cells one example lands in: its drawn (x, y), or each (y, x) pair it noted under `picture.note`."""
+    if picture is not None and picture.note:
+        return [(str(x), str(y)) for y, x in row.get("notes", {}).get(picture.note, [])]
     return [(_value(row["drawn"], x_key), _value(row["drawn"], y_key))]
+
+
 COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#6a1b9a", "expected-error": "#ef6c00", "skip": "#757575"}
 
 
@@ -51,15 +45,17 @@ def picture(suite: str, rows: list[dict]) -> str:
     drawn_rows = [r for r in rows if isinstance(r.get("drawn"), dict)]
     if not drawn_rows:
         return ""
-    x_key, y_key = AXES.get(suite, (None, None))
-    keys = _scalar_keys(drawn_rows[0]["drawn"])
-    if suite != "decode_capture" and (x_key not in drawn_rows[0]["drawn"] or y_key not in drawn_rows[0]["drawn"]):
+    drawing = registry.picture(suite)
+    x_key, y_key = (drawing.x, drawing.y) if drawing else (None, None)
+    first = drawn_rows[0]["drawn"]
+    if not (drawing and drawing.note) and (x_key not in first or y_key not in first):
+        keys = _scalar_keys(first)
         if len(keys) < 2:
             return ""
         x_key, y_key = keys[0], keys[1]
     cells: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)
     for row in drawn_rows:
-        for point in _points(suite, row, x_key, y_key):
+        for point in _points(drawing, row, x_key, y_key):
             cells[point][row.get("verdict", "error")] += 1
     if not cells:
         return ""

@@ -6,6 +6,8 @@ import collections
 import json
 from pathlib import Path
 
+from harness.registry import coverage_rows
+
 VERDICTS = ("pass", "fail", "error", "expected-error", "skip")
 
 
@@ -25,13 +27,16 @@ def load(report_dir: Path, name: str, run_id: str | None = None) -> list[dict]:
 
 def ran_suites_coverage(coverage: list[dict], examples: list[dict]) -> list[dict]:
     """Coverage rows of the suites that ran examples (importing SGLang alone marks module-level lines run);
-    the NPU runner's row only when the NPU personality ran."""
+    a personality's row (the NPU runner's) only when that personality ran."""
     ran = {row["suite"] for row in examples}
     personality = examples[0].get("personality") if examples else None
+    rows = coverage_rows()
 
     def shown(row):
-        base = row["suite"].removesuffix("_npu")
-        return any(s.startswith(base) for s in ran) and (base == row["suite"] or personality == "npu")
+        if row["suite"] not in rows:
+            return False
+        suite, needs, _ = rows[row["suite"]]
+        return bool(ran & suite.records.keys()) and needs in (None, personality)
     return [row for row in coverage if shown(row)]
 
 

@@ -61,3 +61,34 @@ def test_the_picture_is_drawn_with_the_failure_marked(failing_report, tmp_path):
     box = (slice(int(rows.min()), int(rows.max()) + 1), slice(int(cols.min()), int(cols.max()) + 1))
     outline = (red > 170) & (green < 80) & (blue < 80)
     assert int(outline[box].sum()) > 40, "no failing cell is outlined red inside the picture"
+
+
+def test_each_recorded_suite_is_drawn_over_the_axes_the_registry_names():
+    """Without a browser: the decode suite's cells are the batches each example replayed, compile_kwargs's its
+    platform by backend, and a suite the registry draws no picture for its first two scalar drawn values."""
+    from reports.html import picture
+
+    decode = [{"drawn": {"capture_bs": [1, 2]}, "notes": {"replayed": [["DECODE", 1], ["IDLE", 2]]},
+               "verdict": "fail"}]
+    svg = picture("decode_capture", decode)
+    assert "forward mode (rows) by batch size (columns)" in svg
+    assert "batch size=1, forward mode=DECODE: fail: 1" in svg and "batch size=2, forward mode=IDLE: fail: 1" in svg
+    kwargs = [{"drawn": {"mode": None, "platform": "oot", "backend": "inductor"}, "verdict": "pass"}]
+    assert "backend (rows) by platform (columns)" in picture("compile_kwargs", kwargs)
+    other = [{"drawn": {"capture_bs": 4, "lora": "a"}, "verdict": "pass"}]
+    assert "lora (rows) by capture_bs (columns)" in picture("decode_capture_inductor", other)
+
+
+def test_coverage_rows_are_shown_for_the_suites_that_ran():
+    """A suite's coverage row only when one of its recorded suites ran examples (the static rebinding scan
+    drives none); a personality's row only when that personality ran."""
+    from reports.summary import ran_suites_coverage
+
+    rows = [{"suite": name} for name in ("compile_kwargs", "decode_capture", "decode_capture_npu", "prefill_pcg")]
+
+    def shown(*examples):
+        return [row["suite"] for row in ran_suites_coverage(rows, list(examples))]
+    assert shown({"suite": "rebinding_static", "personality": "cuda"}) == []
+    assert shown({"suite": "decode_capture_inductor", "personality": "cuda"}) == ["decode_capture"]
+    assert shown({"suite": "decode_capture", "personality": "npu"}, {"suite": "prefill_pcg_stateful"}) == [
+        "decode_capture", "decode_capture_npu", "prefill_pcg"]

@@ -20,3 +20,6 @@ def test_a_segfault_and_a_hang_are_recorded_with_their_examples_and_the_run_goes
     after = load(tmp_path, "examples")
     assert any(row["drawn"].get("kind") == "after" and row["verdict"] == "pass" for row in after), output[-3000:]
     assert "1 passed" in output and "2 failed" in output, output[-2000:]
+    # Recorded by the controller (pytest_handlecrashitem) and by the replacement workers: one run, one seed.
+    assert {(row["run_id"], row["seed"]) for row in after} == {(failures["crash"]["run_id"], 3)}
+    assert 'harness: the example in flight' in output and '{"n": 3, "kind": "segfault"}' in output

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import shlex
+import time
+import types
+from pathlib import Path
 
 import pytest
 
-from harness import __main__ as cli
-from harness.errors import HarnessError
+from harness import __main__ as cli, pytest_plugin, record, registry
+from harness.errors import HarnessError, PathMissing
 from harness.mutants import run_pytest
 from harness.versions import require_sglang
 from reports.summary import load
@@ -147,3 +152,88 @@ def test_gate_refuses_a_path_that_is_not_a_source_tree(shape, tmp_path, capsys):
     error = capsys.readouterr().err
     assert f"{tree} is not an SGLang source tree" in error and "Traceback" not in error, error
     assert not (tmp_path / "report").exists()
+
+
+FAILING = "tests/targets_that_fail.py"
+
+
+def test_a_replay_blob_replays_exactly_that_example_through_reproduce_failure(tmp_path):
+    """The blob comes from Hypothesis's observability callbacks (the minimal failing example's decorator); the
+    replay applies `@reproduce_failure` with it, so exactly that one example runs, and fails the same way."""
+    code, output = run_pytest([FAILING, "--report-dir", str(tmp_path / "found")])
+    failure = failure_records(tmp_path / "found")[0]
+    assert code == 1 and failure["drawn"] == {"n": 10}, output[-2000:]
+    assert re.fullmatch(r"@reproduce_failure\('[\d.]+', b'[\w+/=]+'\)", failure["reproduce_failure"])
+    words = shlex.split(failure["replay"])
+    blob = words[words.index("--replay-blob") + 1]
+    assert f"b'{blob}'" in failure["reproduce_failure"]
+    words[words.index("--report-dir") + 1] = str(tmp_path / "replay")
+    again, output = run_pytest(words[3:])
+    replayed = load(tmp_path / "replay", "examples")
+    assert again == 1 and [(row["drawn"], row["verdict"]) for row in replayed] == [({"n": 10}, "fail")], output
+    assert shlex.split(failure_records(tmp_path / "replay")[0]["replay"])[-2:] == ["--replay-blob", blob]
+
+
+def test_xdist_workers_record_the_controllers_seed_and_run_id(tmp_path):
+    """Nightly draws a fresh seed in the controller; its worker gets it and the run id through workerinput (no
+    environment variable carries them), so the worker's records carry both and the summary finds them."""
+    code, output = run_pytest([FAILING, "--profile", "nightly", "-n", "1",
+                               "--report-dir", str(tmp_path)])
+    seed = int(re.search(r"profile=nightly seed=(\d+)", output).group(1))
+    failure = failure_records(tmp_path)[0]
+    assert code == 1 and failure["seed"] == seed and failure["profile"] == "nightly", output[-2000:]
+    assert {row["seed"] for row in load(tmp_path, "examples")} == {seed}
+    assert "harness summary" in output and "1 failing test(s)" in output, output[-2000:]  # the controller's run id
+
+
+def test_the_run_lives_in_the_config_stash(pytestconfig):
+    run = pytestconfig.stash[pytest_plugin.RUN]
+    assert run.report_dir == Path(pytestconfig.getoption("--report-dir")).resolve()
+    assert run.context["seed"] == pytestconfig.getoption("hypothesis_seed")
+    assert run.context["run_id"] and "HARNESS_RUN_ID" not in os.environ
+
+
+def crashed_worker_report(tmp_path, worker: str, hang: str = "") -> tuple[pytest.TestReport, pytest_plugin.Run]:
+    """What xdist's controller hands pytest_handlecrashitem when `worker` died, with the example it left in
+    flight (and, for a hang, the watchdog's dump)."""
+    run = pytest_plugin.Run(tmp_path, 5.0, context={"device": "cpu", "personality": "cuda", "profile": "gate",
+                                                    "seed": 3, "run_id": "r"})
+    record.inflight_path(tmp_path, worker).write_text(json.dumps({"suite": "crashy", "drawn": {"n": 3},
+                                                                  "started": time.time()}))
+    if hang:
+        record.hang_path(tmp_path, worker).write_text(hang)
+    config = types.SimpleNamespace(stash=pytest.Stash())
+    config.stash[pytest_plugin.RUN] = run
+    report = pytest.TestReport("t.py::test_x", ("t.py", None, "t.py"), {}, "failed",
+                               f"worker {worker!r} crashed while running 't.py::test_x'", "???")
+    report.node = types.SimpleNamespace(config=config, workerinput={"workerid": worker})
+    return report, run
+
+
+@pytest.mark.parametrize("hang", ["", 'Thread 0x1 (most recent call first):\n  File "t.py", line 9 in test_x'])
+def test_a_crashed_worker_is_recorded_through_pytest_handlecrashitem(hang, tmp_path):
+    report, run = crashed_worker_report(tmp_path, "gw3", hang)
+    pytest_plugin.pytest_handlecrashitem(crashitem="t.py::test_x", report=report, sched=None)
+    failure, = failure_records(tmp_path)
+    assert failure["oracle"] == ("hang" if hang else "crash") and failure["drawn"] == {"n": 3}
+    assert failure["seed"] == 3 and failure["details"] == {"stacks": hang}
+    assert ("--example-timeout=5 s" if hang else "crashed while running 't.py::test_x'") in failure["diagnosis"]
+    example, = load(tmp_path, "examples")
+    assert example["verdict"] == "error" and example["suite"] == "crashy" and "started" not in example
+    assert ("harness: the example in flight", '{"n": 3}') in report.sections
+    assert not record.inflight_path(tmp_path, "gw3").exists() and not record.hang_path(tmp_path, "gw3").exists()
+
+
+def test_the_targets_command_says_which_paths_the_release_has(monkeypatch, capsys):
+    """Checked on compile_kwargs only, whose adapter has `load()` in this tree (decode and prefill go through
+    the registry's shim until harness/targets/ is restructured)."""
+    compile_kwargs = registry.get("compile_kwargs")
+    monkeypatch.setattr(registry, "SUITES", (compile_kwargs,))
+    assert cli.main(["targets"]) == 0
+    assert re.search(r"^  compile_kwargs +available$", capsys.readouterr().out, re.M)
+
+    def missing():
+        raise PathMissing("has no build_torch_compile_kwargs (added in 0.5.19)")
+    monkeypatch.setattr(registry, "SUITES", (types.SimpleNamespace(name="compile_kwargs", load=missing),))
+    assert cli.main(["targets"]) == 0
+    assert "compile_kwargs   missing: has no build_torch_compile_kwargs (added in 0.5.19)" in capsys.readouterr().out

@@ -73,3 +73,26 @@ def test_findings_outside_the_capture_path_are_advisories(tmp_path, monkeypatch)
     write(package, {"srt/model_executor/runner.py": "from sglang.srt.hooks import stream\n\nS = stream()\n"})
     with pytest.raises(OracleFailure, match=r"sglang\.srt\.model_executor\.runner imports it by value"):
         assert_no_by_value_imports_of_rebound_names(package)
+
+
+def test_the_cache_is_where_harness_cache_dir_says_and_keyed_on_the_scanner(tmp_path, monkeypatch):
+    """HARNESS_CACHE_DIR is read when the scan runs (set here, after import, it is the folder written), and a
+    summary made by another version of the scanner is never reused."""
+    from harness.oracles import rebinding
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    package = tmp_path / "pkg"
+    write(package, {"__init__.py": "", "hooks.py": "def patch():\n    return 1\n",
+                    "platform.py": "from pkg import hooks\n\nhooks.patch = None\n",
+                    "runner.py": "from pkg.hooks import patch\n\nVALUE = patch()\n"})
+    summarised = []
+    real = rebinding._summarise
+    monkeypatch.setattr(rebinding, "_summarise", lambda *args: summarised.append(args[1]) or real(*args))
+
+    first = scan(package)
+    assert (tmp_path / "cache" / "rebinding-v1.pickle").exists()
+    assert sorted(summarised) == ["pkg.platform", "pkg.runner"]  # the files with a rebinding or an import of one
+    summarised.clear()
+    assert scan(package).findings == first.findings and summarised == []  # same scanner: every summary cached
+    monkeypatch.setattr(rebinding, "_scanner_digest", lambda: "another scanner")
+    assert scan(package).findings == first.findings and sorted(summarised) == ["pkg.platform", "pkg.runner"]

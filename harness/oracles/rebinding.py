@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -254,30 +256,42 @@ def _summarise(text: str, name: str, path: Path, is_package: bool) -> Optional[d
     return {"aliases": aliases, "froms": froms, "assigns": assigns, "loads": loads}
 
 
+@functools.lru_cache(maxsize=1)
+def _scanner_digest() -> str:
+    """A hash of this scanner's own source: summaries made by another version of it are never reused."""
+    return hashlib.sha1(Path(__file__).read_bytes()).hexdigest()
+
+
 class _SummaryCache:
-    """Per-file summaries keyed by (content hash, module name), kept between runs: parsing all of SGLang costs
-    tens of seconds on two cores, a scratch copy with one edited file re-parses only that file."""
+    """Per-file summaries keyed by (scanner hash, content hash, module name), kept between runs under
+    HARNESS_CACHE_DIR (default ~/.cache/harness): parsing all of SGLang costs tens of seconds on two cores, a
+    scratch copy with one edited file re-parses only that file."""
 
-    PATH = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "harness")) / "rebinding-v1.pickle"
-
-    def __init__(self, entries: dict) -> None:
+    def __init__(self, path: Path, entries: dict) -> None:
+        self.path = path
         self.entries = entries
         self.dirty = False
 
+    @staticmethod
+    def location() -> Path:
+        """Where the cache lives, read when it is used (so a test's or a user's HARNESS_CACHE_DIR counts)."""
+        return Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "harness")) / "rebinding-v1.pickle"
+
     @classmethod
     def load(cls) -> "_SummaryCache":
+        """The cache's entries made by this scanner (those of other versions are dropped)."""
         import pickle
 
+        path, digest = cls.location(), _scanner_digest()
         try:
-            with open(cls.PATH, "rb") as f:
-                return cls(pickle.load(f))
+            with open(path, "rb") as f:
+                entries = {key: value for key, value in pickle.load(f).items() if key[0] == digest}
         except Exception:  # noqa: BLE001 - a missing or unreadable cache is rebuilt
-            return cls({})
+            entries = {}
+        return cls(path, entries)
 
     def get(self, text: str, name: str, path: Path, is_package: bool) -> Optional[dict]:
-        import hashlib
-
-        key = (hashlib.sha1(text.encode("utf-8", "replace")).hexdigest(), name, is_package)
+        key = (_scanner_digest(), hashlib.sha1(text.encode("utf-8", "replace")).hexdigest(), name, is_package)
         if key not in self.entries:
             self.entries[key] = _summarise(text, name, path, is_package)
             self.dirty = True
@@ -289,11 +303,11 @@ class _SummaryCache:
         if not self.dirty:
             return
         try:
-            self.PATH.parent.mkdir(parents=True, exist_ok=True)
-            temporary = self.PATH.with_suffix(f".{os.getpid()}.tmp")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
             with open(temporary, "wb") as f:
                 pickle.dump(self.entries, f)
-            os.replace(temporary, self.PATH)
+            os.replace(temporary, self.path)
         except OSError:
             pass
 

@@ -1,0 +1,116 @@
+"""The suites the harness runs, in one place: the command line, `repro`, SGLang coverage and the HTML report all
+read this list.
+
+Each suite names the `suite` values its examples record in examples.jsonl (with how the report draws each one's
+explored space), its pytest files (the first holds `replay_case`, which repro scripts call), the SGLang code it
+targets (for coverage, `path/in/sglang[::function]`), and its target adapter by module name under
+`harness.targets`, whose `load()` returns the installed layout or raises `PathMissing` with the reason.
+
+The decode file's static rebinding scan records `rebinding_static`; it drives no target, so it belongs to no suite.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Mapping, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class Picture:
+    """The report's grid of one recorded suite: drawn value `x` (columns) by drawn value `y` (rows); with `note`,
+    each example lands on every (y, x) pair it noted under that name instead (the decode suite's replayed
+    batches)."""
+    x: str
+    y: str
+    note: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    name: str
+    paths: tuple[str, ...]
+    target: str
+    records: Mapping[str, Optional[Picture]]  # None: the grid of the first two scalar drawn values
+    coverage: tuple[str, ...]
+    personality_coverage: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def module(self) -> str:
+        """The suite file as a module (where `replay_case` lives)."""
+        return self.paths[0].removesuffix(".py").replace("/", ".")
+
+    def load(self) -> Any:
+        """The installed layout of this suite's target; raises PathMissing saying what the release lacks."""
+        return importlib.import_module(f"harness.targets.{self.target}").load()
+
+
+SUITES: tuple[Suite, ...] = (
+    Suite(
+        name="compile_kwargs",
+        paths=("suites/test_compile_kwargs.py",),
+        target="compile_kwargs",
+        records={"compile_kwargs": Picture("platform", "backend")},
+        coverage=("multimodal_gen/runtime/utils/torch_compile.py::build_torch_compile_kwargs",
+                  "multimodal_gen/runtime/utils/torch_compile.py::resolve_torch_compile_kwargs"),
+    ),
+    Suite(
+        name="decode_capture",
+        paths=("suites/test_decode_capture.py", "suites/regressions/test_decode_patch_model_override.py"),
+        target="decode",
+        records={"decode_capture": Picture("batch size", "forward mode", note="replayed"),
+                 "decode_capture_inductor": None, "decode_capture_regression": None},
+        coverage=("srt/model_executor/runner/decode_cuda_graph_runner.py",
+                  "srt/model_executor/runner/base_cuda_graph_runner.py",
+                  "srt/model_executor/runner_backend/full_cuda_graph_backend.py",
+                  "srt/compilation/torch_compile_decoration.py"),
+        # Reached only with --personality npu: SGLang's own NPU runner and backend on the virtual device.
+        personality_coverage={"npu": ("srt/hardware_backend/npu/graph_runner/npu_graph_runner.py",
+                                      "srt/hardware_backend/npu/graph_runner/npu_cudagraph_backend.py")},
+    ),
+    Suite(
+        name="prefill_pcg",
+        paths=("suites/test_prefill_pcg.py",),
+        target="prefill",
+        records={"prefill_pcg": Picture("num_tokens", "forward_mode"),
+                 "prefill_pcg_stateful": Picture("num_tokens", "forward_mode"),
+                 "prefill_pcg_findings": None, "prefill_pcg_replay": None},
+        coverage=("srt/model_executor/runner/prefill_cuda_graph_runner.py",
+                  "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py",
+                  "srt/compilation/backend.py",
+                  "srt/compilation/compile.py",
+                  "srt/compilation/cuda_piecewise_backend.py"),
+    ),
+)
+
+
+def get(name: str) -> Suite:
+    for suite in SUITES:
+        if suite.name == name:
+            return suite
+    raise KeyError(f"no suite {name!r}; the harness has {', '.join(s.name for s in SUITES)}")
+
+
+def suite_of(record: dict) -> Optional[Suite]:
+    """The suite a record (an examples.jsonl or failures.jsonl line) belongs to: by its test's file, else by
+    the `suite` it recorded."""
+    test = record.get("test", "")
+    for suite in SUITES:
+        if any(test.startswith(path) for path in suite.paths) or record.get("suite") in suite.records:
+            return suite
+    return None
+
+
+def picture(recorded: str) -> Optional[Picture]:
+    """How the report draws the examples recorded as `recorded` (None: the first two scalar drawn values)."""
+    return next((s.records[recorded] for s in SUITES if s.records.get(recorded)), None)
+
+
+def coverage_rows() -> dict[str, tuple[Suite, Optional[str], tuple[str, ...]]]:
+    """Each row coverage.jsonl holds: its name -> (suite, the personality it needs or None, targeted code)."""
+    rows = {}
+    for suite in SUITES:
+        rows[suite.name] = (suite, None, suite.coverage)
+        for personality, targets in suite.personality_coverage.items():
+            rows[f"{suite.name}_{personality}"] = (suite, personality, targets)
+    return rows
+
