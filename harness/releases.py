@@ -24,7 +24,7 @@ BUG2_ORACLES = ("no-recompile", "capture-stream", "graph-replay")
 FIXED_IN = (0, 5, 10)  # first release that maps MIXED to EXTEND before the piecewise replay (SGLang PR #20441)
 # Variables a parent harness run sets that must not leak into the release's run.
 _PARENT_ONLY = ("PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST", "HARNESS_CONDITIONS", "HARNESS_MUTANT",
-                "HARNESS_RUN_ID", "HARNESS_SEED")
+                "HARNESS_SEED")
 
 
 def envs_dir() -> Path:
