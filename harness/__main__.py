@@ -115,7 +115,7 @@ def repro(options, extra: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from harness.profiles import PROFILES
-    from harness.pytest_plugin import DEVICES
+    from harness.devices import DEVICES
 
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

@@ -17,8 +17,7 @@ from typing import Any, Optional
 
 import pytest
 
-DEVICES = ("cpu", "cuda", "npu")
-PERSONALITIES = ("cuda", "npu")
+from harness.devices import DEVICES, PERSONALITIES  # the device layer's names (its import is light)
 
 DEVICE = "--device"
 PERSONALITY = "--personality"
