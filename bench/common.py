@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.mutants import Edit, run_pytest, scratch_sglang  # noqa: E402
+from harness.mutants import Edit, device_args, run_pytest, scratch_sglang  # noqa: E402
 from reports.summary import load  # noqa: E402
 
 
@@ -18,7 +18,8 @@ def run_suite(suite: str, edits: list[Edit] | None = None, name: str = "clean", 
     root = scratch_sglang(edits) if edits else None
     report_dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     started = time.time()
-    code, output = run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *extra], sglang_root=root,
+    code, output = run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *device_args(), *extra],
+                              sglang_root=root,
                               mutant=name if edits else "", timeout=timeout)
     wall = time.time() - started
     rows = load(report_dir, "examples")

@@ -19,6 +19,13 @@ from harness.versions import require_sglang
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 Edit = tuple[str, str, str]  # (path inside the sglang package, old text, new text)
+DEVICE_VARIABLE = "HARNESS_SELFTEST_DEVICE"  # the device mutant runs drive (default: the cpu virtual device)
+
+
+def device_args() -> list[str]:
+    """`--device NAME` for a mutant run when HARNESS_SELFTEST_DEVICE names one (the nightly GPU run sets cuda)."""
+    name = os.environ.get(DEVICE_VARIABLE)
+    return ["--device", name] if name else []
 
 
 def _link_tree(source: Path, target: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example as explicit, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from harness.devices import get_device
 from harness.errors import PathMissing
 from harness.oracles import OracleFailure
 from harness.oracles.process_state import check_at_rest
@@ -42,13 +43,19 @@ TC_CASE = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, compiler="eag
 
 @pytest.fixture(scope="module", autouse=True)
 def prefill_path(device_name):
-    if device_name != "cpu":
-        pytest.skip(f"the prefill suite drives SGLang's prefill runner on the cpu virtual device only (its graph "
-                    f"ledger and capture modes are the device layer's); --device {device_name} is not ported yet")
+    """The prefill path on the run's device: the virtual device, or a real GPU (real CUDA graphs, counted by
+    wrapping torch.cuda.CUDAGraph); a real NPU is not ported (its graphs are not counted)."""
+    if device_name not in ("cpu", "cuda"):
+        pytest.skip(f"the prefill suite runs on --device cpu or cuda; --device {device_name}'s graphs are not "
+                    "counted by harness.counter, so the graph-replay oracle has no evidence there")
+    device = get_device(device_name)
+    if not device.available:
+        pytest.skip(device.skip_reason)
     try:
         layout = prefill.load()
     except PathMissing as missing:
         pytest.skip(str(missing))
+    PrefillSession.use_device(device_name)
     yield layout
     PrefillSession.close_current()
 
@@ -178,7 +185,7 @@ def replay_case(drawn: dict) -> None:
 def test_live_backends(backend, data):
     """breakable and full, chosen through the config as a server would; no torch.compile, so global_forward_mode
     is drawn from every mode and None."""
-    gap = _layout().backend_gap(backend)
+    gap = _layout().backend_gap(backend, PrefillSession.device)
     if gap:
         pytest.skip(gap)
     grid = data.draw(draw.capture_grids(max_size=3), label="capture_tokens")

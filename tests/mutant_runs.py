@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.mutants import Edit, run_pytest, scratch_sglang
+from harness.mutants import Edit, device_args, run_pytest, scratch_sglang
 from harness.record import read_records
 
 
@@ -23,14 +23,14 @@ def run_suite_on_mutant(suite: str, name: str, edits: list[Edit], report_dir: Pa
                         extra: tuple[str, ...] = (), timeout: float = 600,
                         python: Path | None = None) -> tuple[int, str]:
     """Run `suite` with `edits` applied to a scratch copy (of the SGLang that `python` imports, default this
-    environment's); skips (with the reason) if the edit does not apply to that release, so a moved function is
-    visible, never a silent pass."""
+    environment's), on HARNESS_SELFTEST_DEVICE (`extra` may override it); skips (with the reason) if the edit does
+    not apply to that release, so a moved function is visible, never a silent pass."""
     try:
         base = sglang_package(python) if python is not None else None
         root = scratch_sglang(edits, base=base) if edits else None
     except HarnessError as error:
         pytest.skip(f"mutant {name} does not apply to the installed SGLang: {error}")
-    return run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *extra], sglang_root=root,
+    return run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *device_args(), *extra], sglang_root=root,
                       mutant=name, timeout=timeout, python=str(python) if python is not None else None)
 
 

@@ -68,8 +68,9 @@ STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
 
 # name -> (edits, test to run, extra options, oracle expected, texts expected in the diagnosis)
 MUTANTS = {
+    # The NPU runner runs on the virtual device only, also in a GPU run of the self-tests.
     "bug1_by_value_patch_model_dynamic": (
-        BUG1, DYNAMIC, ("--personality", "npu"), "hook-contract",
+        BUG1, DYNAMIC, ("--personality", "npu", "--device", "cpu"), "hook-contract",
         ["`patch_model_npu` ran 0 time(s)", "other patch_model variants ran: {'patch_model'"]),
     "bug1_by_value_patch_model_static": (
         BUG1, STATIC, (), "rebinding-by-value-import",
@@ -106,6 +107,7 @@ def test_decode_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
 
 @pytest.mark.parametrize("personality", ["cuda", "npu"])
 def test_clean_sglang_passes_the_decode_suite(personality, tmp_path):
-    code, output = run_suite_on_mutant(SUITE, "clean", [], tmp_path, extra=("--personality", personality),
+    virtual = ("--device", "cpu") if personality == "npu" else ()  # the NPU runner: virtual device only
+    code, output = run_suite_on_mutant(SUITE, "clean", [], tmp_path, extra=("--personality", personality, *virtual),
                                        timeout=600)
     assert code == 0, f"clean SGLang failed the decode suite ({personality}):\n{output[-3000:]}"

@@ -11,7 +11,8 @@ A `Device` gives: `name`, `torch_device` (the string SGLang's model runner holds
 on exit; a no-op for real hardware), `capture_mode(mode)` (a context manager choosing the virtual device's capture
 mode; a no-op on real hardware), and `capture_modes_used()` (the mode of each capture since `reset()`:
 "record"/"rerun" on the virtual device, "cuda-graph"/"npu-graph" on hardware, where it is not observed per capture).
-What the virtual device counts (graphs created, captured, replayed) is on `harness.counter.counter`.
+Graphs created, captured and replayed are counted on `harness.counter.counter` (`counts_graphs`): by the virtual
+device itself, and on a real GPU by `torch.cuda.CUDAGraph`'s own methods, wrapped while the device is installed.
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ class Device:
 
     @property
     def counts_graphs(self) -> bool:
-        """Whether `harness.counter` sees this device's graph captures and replays (the virtual device's own)."""
-        return self.name == "cpu"
+        """Whether `harness.counter` sees this device's graph captures and replays while it is installed."""
+        return self.name in ("cpu", "cuda")
 
     @property
     def available(self) -> bool:
@@ -98,12 +99,46 @@ def _real_hardware_install(native: str, refusal: str) -> Callable[[str], context
     return install
 
 
+@contextlib.contextmanager
+def counting_cuda_graphs() -> Iterator[None]:
+    """The hardware counterpart of the virtual device's counts: `torch.cuda.CUDAGraph`'s capture_begin (a graph
+    made), capture_end (captured) and replay bump `harness.counter`, whoever calls them (SGLang's full, breakable
+    and piecewise backends all capture through that class); undone on exit."""
+    import pytest
+    import torch
+
+    from harness.counter import counter
+
+    graph_class = torch.cuda.CUDAGraph
+
+    def counted(method: str, count: str):
+        original = getattr(graph_class, method)
+
+        def call(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            setattr(counter, count, getattr(counter, count) + 1)
+            return result
+
+        return call
+
+    with pytest.MonkeyPatch.context() as patches:
+        for method, count in (("capture_begin", "num_graphs_created"), ("capture_end", "num_graphs_captured"),
+                              ("replay", "num_graph_replays")):
+            patches.setattr(graph_class, method, counted(method, count))
+        yield
+
+
 def _cuda() -> Device:
     import torch
 
     reason = None if torch.cuda.is_available() else "no CUDA GPU visible (torch.cuda.is_available() is False)"
+    only_cuda = _real_hardware_install("cuda", "needs the cpu virtual device; real CUDA runs as cuda")
 
-    install = _real_hardware_install("cuda", "needs the cpu virtual device; real CUDA runs as cuda")
+    @contextlib.contextmanager
+    def install(personality: str) -> Iterator[None]:
+        with only_cuda(personality), counting_cuda_graphs():
+            yield
+
     return Device("cuda", "cuda", reason, install, _nothing, lambda: ["cuda-graph"], lambda: None)
 
 

@@ -25,17 +25,17 @@ class Layout:
     unproduced_modes: tuple[str, ...]  # modes it does not refuse but this configuration never hands it (findings)
     note: str  # what the harness sets past SGLang's config on this layout, recorded with every example
 
-    def make_target(self, case: "PrefillCase") -> "PrefillTarget":
-        """Construct the real runner for `case` (it compiles and captures)."""
-        return self.target_class(case, self)
+    def make_target(self, case: "PrefillCase", device: str = "cpu") -> "PrefillTarget":
+        """Construct the real runner for `case` on `device` (it compiles and captures)."""
+        return self.target_class(case, self, device)
 
-    def backend_gap(self, backend: str) -> Optional[str]:
-        """Why `backend` cannot run on this release and the virtual device (None: it can)."""
+    def backend_gap(self, backend: str, device: str = "cpu") -> Optional[str]:
+        """Why `backend` cannot run on this release and `device` (None: it can)."""
         if backend not in self.backends:
             from harness.versions import sglang_version
 
             return f"SGLang {sglang_version()} ({self.name}) has no {backend!r} prefill backend"
-        return self.target_class.backend_gap(backend)
+        return self.target_class.backend_gap(backend, device)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,17 +64,18 @@ PAD_SLOT = 0  # KV slot every padding / dummy token writes to; never handed to a
 class KvCache:
     """The harness's KV cache: `req_to_token[row, position] -> slot`, `values[layer, slot] -> hidden`."""
 
-    def __init__(self, max_requests: int, max_context: int, num_layers: int = NUM_LAYERS):
+    def __init__(self, max_requests: int, max_context: int, num_layers: int = NUM_LAYERS, device: str = "cpu"):
         self.size = max_requests
-        self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32)
+        self.device = device  # every tensor of a batch and of the attention double lives here
+        self.req_to_token = torch.zeros((max_requests, max_context), dtype=torch.int32, device=device)
         self.num_slots = max_requests * max_context + 1
-        self.values = torch.zeros((num_layers, self.num_slots, HIDDEN), dtype=torch.float32)
+        self.values = torch.zeros((num_layers, self.num_slots, HIDDEN), dtype=torch.float32, device=device)
 
     def slot(self, row: int, position: int) -> int:
         return 1 + row * self.req_to_token.shape[1] + position
 
     def bind(self, row: int, length: int) -> None:
-        positions = torch.arange(length, dtype=torch.int32)
+        positions = torch.arange(length, dtype=torch.int32, device=self.device)
         self.req_to_token[row, :length] = 1 + row * self.req_to_token.shape[1] + positions
 
 
@@ -101,11 +102,11 @@ def make_attention_backend_class():
             self.token_to_kv_pool = None
             self.forward_metadata = None
             self.metadata_inits = 0
-            max_tokens = kv.num_slots
-            self.token_row = torch.zeros(max_tokens, dtype=torch.int64)
-            self.token_position = torch.full((max_tokens,), -1, dtype=torch.int64)
-            self.write_slot = torch.full((max_tokens,), PAD_SLOT, dtype=torch.int64)
-            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64)
+            max_tokens, device = kv.num_slots, kv.device
+            self.token_row = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+            self.token_position = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
+            self.write_slot = torch.full((max_tokens,), PAD_SLOT, dtype=torch.int64, device=device)
+            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
             pass
@@ -134,8 +135,8 @@ def make_attention_backend_class():
             self.token_position.fill_(-1)
             self.write_slot.fill_(PAD_SLOT)
             if n:
-                self.token_row[:n] = torch.tensor(token_row, dtype=torch.int64)
-                self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64)
+                self.token_row[:n] = torch.tensor(token_row, dtype=torch.int64, device=self.kv.device)
+                self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64, device=self.kv.device)
                 self.write_slot[:n] = forward_batch.out_cache_loc[:n].to(torch.int64)
             self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
 
@@ -198,12 +199,12 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None):
         prefix_lens.append(request.prefix)
         extend_lens.append(len(request.tokens))
     bs = len(batch.requests)
-    tensor = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
+    tensor = lambda values: torch.tensor(values, dtype=torch.int64, device=kv.device)  # noqa: E731
     is_extend = batch.forward_mode.is_extend()
     forward_batch = ForwardBatch(
         forward_mode=batch.forward_mode, batch_size=bs, input_ids=tensor(input_ids),
         req_pool_indices=tensor([r.row for r in batch.requests]), seq_lens=tensor(seq_lens),
-        orig_seq_lens=tensor(seq_lens), seq_lens_cpu=tensor(seq_lens), out_cache_loc=tensor(out_cache_loc),
+        orig_seq_lens=tensor(seq_lens), seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int64), out_cache_loc=tensor(out_cache_loc),
         seq_lens_sum=sum(seq_lens), positions=tensor(positions), return_logprob=False,
         extend_num_tokens=len(input_ids) if is_extend else None,
         extend_seq_lens=tensor(extend_lens) if is_extend else None,
@@ -223,7 +224,7 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None):
 
 
 class PrefillTarget:
-    """The real prefill runner for one case, on the virtual device (which must stay installed while replaying).
+    """The real prefill runner for one case on one device (the virtual device must stay installed while replaying).
 
     `forward(batch)` runs SGLang's own dispatch and returns (logits, whether the graph path ran, the ForwardBatch);
     `eager(batch)` is the model's own forward with no graph and no compile; `can_run_graph(batch)` the runner's
@@ -231,12 +232,13 @@ class PrefillTarget:
 
     runner: Any
 
-    def __init__(self, case: PrefillCase, layout: Layout) -> None:
+    def __init__(self, case: PrefillCase, layout: Layout, device: str = "cpu") -> None:
         self.case = case
         self.layout = layout
+        self.device = device
 
     @classmethod
-    def backend_gap(cls, backend: str) -> Optional[str]:
+    def backend_gap(cls, backend: str, device: str) -> Optional[str]:
         return None
 
     def forward(self, batch: Batch):

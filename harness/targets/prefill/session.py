@@ -3,8 +3,8 @@
     session = PrefillSession.get(case)          # cached: one live target per process (see below)
     outcome = session.step(batch, ex)           # SGLang's dispatch for one forward, then all oracles
 
-A session enters the virtual device (`harness.devices.cpu.install()` in the case's capture mode), a
-`RecompileWatcher` and a `CaptureStreamWatcher`, and builds the target (SGLang compiles and captures). The
+A session enters its device (the virtual device in the case's capture mode, or a real GPU whose CUDA graphs the
+counter counts), a `RecompileWatcher` and a `CaptureStreamWatcher`, and builds the target (SGLang compiles and captures). The
 recompile watcher is armed once capture is done; the capture-stream watcher watches capture too (a capture
 session that never set the stream shows there first).
 
@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from harness.counter import counter
-from harness.devices import cpu
+from harness.devices import get_device
 from harness.models.prefill_model import NUM_LAYERS, reference_logits
 from harness.oracles import OracleFailure
 from harness.oracles.capture_stream import CaptureStreamWatcher
@@ -59,6 +59,13 @@ class Outcome:
 
 class PrefillSession:
     _current: Optional["PrefillSession"] = None
+    device = "cpu"  # where sessions run: the suite's --device, set through use_device
+
+    @classmethod
+    def use_device(cls, name: str) -> None:
+        if name != cls.device:
+            cls.close_current()
+            cls.device = name
 
     @classmethod
     def get(cls, case: PrefillCase) -> "PrefillSession":
@@ -82,13 +89,14 @@ class PrefillSession:
         self.layout = prefill.load()
         self._stack = contextlib.ExitStack()
         try:
-            self._stack.enter_context(cpu.install())
-            self._stack.enter_context(cpu.capture_mode(case.device_capture_mode))
+            device = get_device(self.device)
+            self._stack.enter_context(device.install("cuda"))
+            self._stack.enter_context(device.capture_mode(case.device_capture_mode))
             opened = counter.mark()
             self.recompiles = self._stack.enter_context(RecompileWatcher("the prefill model's forward"))
             self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
             with self.streams.watching_warnings():
-                self.target = self.layout.make_target(case)
+                self.target = self.layout.make_target(case, device.torch_device)
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
             self.expected_sizes, self.graphs_per_shape = expected_capture(case)
             self.captured = counter.since(opened)["num_graphs_captured"]

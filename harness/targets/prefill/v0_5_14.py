@@ -43,7 +43,7 @@ NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'):
         "for the runner in place of resolve_prefill_backend")
 
 
-def publish_config(case: PrefillCase) -> Any:
+def publish_config(case: PrefillCase, device: str) -> Any:
     """Publish a ServerArgs whose prefill phase uses `case.backend` (tc_piecewise set past the parser)."""
     from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
     from sglang.srt.server_args import ServerArgs
@@ -55,7 +55,7 @@ def publish_config(case: PrefillCase) -> Any:
         extra["full_prefill_max_req"] = case.full_prefill_max_req if case.backend == "full" else None
     prefill = PhaseConfig(backend=backend, bs=list(case.capture_tokens), **extra)
     server_args = ServerArgs(
-        model_path="dummy", device="cpu",
+        model_path="dummy", device=device,
         cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="disabled"), prefill=prefill),
         max_running_requests=case.max_requests, chunked_prefill_size=max(case.capture_tokens),
         disable_radix_cache=True, disable_chunked_prefix_cache=True,
@@ -91,7 +91,7 @@ def make_kv_index_translator(kv: "KvCache"):
     from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
 
     return KVIndexTranslator(req_to_token=kv.req_to_token, token_to_kv_pool_allocator=None, token_to_kv_pool=None,
-                             page_size=1, device="cpu")
+                             page_size=1, device=kv.device)
 
 
 
@@ -110,7 +110,7 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
         hc_hidden_size=None, num_hidden_layers=NUM_LAYERS)
     pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0)
     attributes = dict(
-        device="cpu", gpu_id=0, model=model, model_config=model_config, server_args=server_args,
+        device=kv.device, gpu_id=0, model=model, model_config=model_config, server_args=server_args,
         dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend=attn_backend,
         req_to_token_pool=attn_backend.req_to_token_pool, token_to_kv_pool=SimpleNamespace(
             layer_transfer_counter=None), lora_manager=None,
@@ -175,12 +175,12 @@ def _tc_piecewise_resolution(case: PrefillCase):
 class Target(PrefillTarget):
     """Publishes config, builds the doubles and constructs the real runner (which compiles and captures)."""
 
-    def __init__(self, case: PrefillCase, layout: Layout):
-        super().__init__(case, layout)
-        self.server_args = publish_config(case)
+    def __init__(self, case: PrefillCase, layout: Layout, device: str = "cpu"):
+        super().__init__(case, layout, device)
+        self.server_args = publish_config(case, device)
         ensure_tp_group()
-        self.kv = KvCache(case.max_requests, case.max_context)
-        self.model = PrefillForCausalLM()
+        self.kv = KvCache(case.max_requests, case.max_context, device=device)
+        self.model = PrefillForCausalLM().to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
@@ -191,9 +191,9 @@ class Target(PrefillTarget):
         self.model_runner.prefill_cuda_graph_runner = self.runner
 
     @classmethod
-    def backend_gap(cls, backend: str) -> Optional[str]:
-        """The release's config does not offer `backend` for prefill, or its graph code calls CUDA APIs the
-        virtual device does not stand in for."""
+    def backend_gap(cls, backend: str, device: str) -> Optional[str]:
+        """The release's config does not offer `backend` for prefill, or (on the virtual device) its graph code
+        calls CUDA APIs the virtual device does not stand in for."""
         version = sglang_version()
         if backend == "tc_piecewise":
             return None
@@ -204,7 +204,7 @@ class Target(PrefillTarget):
             if backend not in names:
                 return (f"SGLang {version}: the config rejects prefill backend {backend!r} "
                         f"(ALLOWED_BACKENDS_PER_PHASE[prefill] = {sorted(names)})")
-        if backend == "breakable":
+        if backend == "breakable" and device == "cpu":
             from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import breakable_cuda_graph
 
             if "torch.cuda.current_stream" in inspect.getsource(breakable_cuda_graph.BreakableCUDAGraph.replay):
@@ -239,8 +239,6 @@ class Target(PrefillTarget):
             get_tc_piecewise_forward_context,
             is_in_tc_piecewise_cuda_graph,
         )
-        from harness.devices import cpu
-
         compile_phase = load(COMPILE_PHASE_MODULE)
         probes = {
             "compile_phase.pcg_capture_stream": (compile_phase.get_pcg_capture_stream, None),
@@ -249,7 +247,7 @@ class Target(PrefillTarget):
             "tc_piecewise.forward_context": (get_tc_piecewise_forward_context, None),
             "breakable.in_cuda_graph": (is_in_breakable_cuda_graph, False),
             "forward_context.active": (has_forward_context, False),
-            "device.stream_capturing": (cpu.is_current_stream_capturing, False),
+            "device.stream_capturing": (torch.get_device_module(self.device).is_current_stream_capturing, False),
         }
         get_flags = getattr(runtime_context(), "get_flags", None)  # absent up to 0.5.1x
         if get_flags is not None and hasattr(get_flags().dp, "capturing_prefill_graph"):  # 0.5.2x

@@ -41,10 +41,10 @@ NOTE = ("SGLang <= 0.5.13: the harness constructs PiecewiseCudaGraphRunner direc
         "piecewise_cuda_graph_compiler set past the parser (ServerArgs disables PCG on a CPU)")
 
 
-def make_server_args(case) -> Any:
+def make_server_args(case, device: str) -> Any:
     from sglang.srt.server_args import ServerArgs
 
-    server_args = ServerArgs(model_path="dummy", device="cpu", max_running_requests=case.max_requests,
+    server_args = ServerArgs(model_path="dummy", device=device, max_running_requests=case.max_requests,
                              chunked_prefill_size=max(case.capture_tokens), disable_radix_cache=True)
     server_args.piecewise_cuda_graph_tokens = list(case.capture_tokens)
     server_args.piecewise_cuda_graph_compiler = case.compiler
@@ -75,7 +75,7 @@ def make_model_runner(model, attn_backend, kv, server_args, case):
         hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1], is_multimodal=False,
         num_hidden_layers=NUM_LAYERS)
     attributes = dict(
-        device="cpu", gpu_id=0, model=model, model_config=model_config, server_args=server_args,
+        device=kv.device, gpu_id=0, model=model, model_config=model_config, server_args=server_args,
         dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend=attn_backend,
         req_to_token_pool=attn_backend.req_to_token_pool, token_to_kv_pool=None, token_to_kv_pool_allocator=None,
         lora_manager=None, spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, is_generation=True,
@@ -118,15 +118,15 @@ def _no_breakable():
 class Target(PrefillTarget):
     """Builds the doubles and constructs the real <= 0.5.13 runner (which compiles and captures)."""
 
-    def __init__(self, case, layout: Layout):
-        super().__init__(case, layout)
-        self.server_args = make_server_args(case)
+    def __init__(self, case, layout: Layout, device: str = "cpu"):
+        super().__init__(case, layout, device)
+        self.server_args = make_server_args(case, device)
         ensure_tp_group()
-        self.kv = KvCache(case.max_requests, case.max_context)
+        self.kv = KvCache(case.max_requests, case.max_context, device=device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         bind_sglang_hooks(attn_backend=_attention_backend_of_forward(self.attn_backend), in_breakable=_never,
                           eager_on_graph=_no_breakable)
-        self.model = PrefillForCausalLM()
+        self.model = PrefillForCausalLM().to(device)
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         self.runner = load(RUNNER_MODULE, "PiecewiseCudaGraphRunner")(self.model_runner)
         self.model_runner.piecewise_cuda_graph_runner = self.runner
@@ -153,8 +153,6 @@ class Target(PrefillTarget):
         return bool(self.runner.can_run(self._forward_batch(batch)))
 
     def state_probes(self) -> dict:
-        from harness.devices import cpu
-
         context = load(CONTEXT_MODULE)
         compile_module = load(COMPILE_MODULE)
 
@@ -163,7 +161,7 @@ class Target(PrefillTarget):
             "piecewise_context.in_piecewise_cuda_graph": (context.is_in_piecewise_cuda_graph, False),
             "piecewise_context.in_pcg_torch_compile": (context.is_in_pcg_torch_compile, False),
             "piecewise_context.forward_context": (context.get_forward_context, None),
-            "device.stream_capturing": (cpu.is_current_stream_capturing, False),
+            "device.stream_capturing": (torch.get_device_module(self.device).is_current_stream_capturing, False),
         }
         enabled = getattr(compile_module, "_COMPILE_ENABLED", None)  # 0.5.9: set_compiled's context variable
         if enabled is not None:
