@@ -10,25 +10,19 @@ from __future__ import annotations
 
 import functools
 
-from harness.errors import PathMissing
+from harness.targets import first_layout
 from harness.targets.compile_kwargs import v0_5_19
 from harness.targets.compile_kwargs.v0_5_19 import (  # noqa: F401 - the path's public names
     PLATFORM_KINDS, CompileKwargsPath, call, platform_scope,
 )
-from harness.versions import require_sglang, sglang_version
 
 LAYOUTS = (v0_5_19,)  # newest first
 
 
 def load() -> CompileKwargsPath:
     """The installed SGLang's layout of this path; PathMissing with the reason when it has none."""
-    require_sglang()
-    for module in LAYOUTS:
-        layout = module.detect()
-        if layout is not None:
-            return layout
-    raise PathMissing(f"SGLang {sglang_version()} has no {v0_5_19.MODULE}; build_torch_compile_kwargs arrived in "
-                      "0.5.19 (PR #36249): target 0.5.19 or later")
+    return first_layout(LAYOUTS, f"no {v0_5_19.MODULE}; build_torch_compile_kwargs arrived in 0.5.19 "
+                                 "(PR #36249): target 0.5.19 or later")
 
 
 @functools.lru_cache(maxsize=1)

@@ -16,11 +16,11 @@ from typing import Any, Optional
 from unittest import mock
 
 from harness.devices import sgl_kernel_standin
-from harness.errors import PathMissing
 from harness.models.decode_model import bind_sglang_hooks
 from harness.targets.decode.base import DecodeTarget, Layout, make_attention_backend_class
 from harness.targets.sglang_plumbing import load
-from harness.versions import module_exists, sglang_version
+from harness.targets import require_modules
+from harness.versions import module_exists
 
 RUNNER_MODULE = "sglang.srt.model_executor.cuda_graph_runner"
 INPUT_BUFFERS_MODULE = "sglang.srt.model_executor.input_buffers"
@@ -111,9 +111,6 @@ LAYOUT = Layout(
 def detect() -> Optional[Layout]:
     if not module_exists(RUNNER_MODULE):
         return None
-    missing = [name for name in REQUIRED if not module_exists(name)]
-    if missing:
-        raise PathMissing(f"SGLang {sglang_version()} has the pre-0.5.14 decode layout but misses module(s) "
-                          f"{', '.join(missing)}")
+    require_modules(REQUIRED, "the pre-0.5.14 decode layout")
     sgl_kernel_standin.ensure()  # before anything imports SGLang's graph runners
     return LAYOUT

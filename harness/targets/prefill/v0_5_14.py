@@ -22,6 +22,7 @@ import torch
 
 from harness.errors import PathMissing
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
+from harness.targets import require_modules
 from harness.targets.prefill.base import (
     Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
 )
@@ -265,13 +266,9 @@ def detect() -> Optional[Layout]:
     """This layout when the installed SGLang has it (PathMissing when it has it only in part), else None."""
     if not module_exists(RUNNER_MODULE):
         return None
-    version = sglang_version()
-    missing = [name for name in REQUIRED if not module_exists(name)]
-    if missing:
-        raise PathMissing(f"SGLang {version}: the prefill graph path is incomplete, missing module(s) "
-                          f"{', '.join(missing)}")
+    require_modules(REQUIRED, "the 0.5.14+ prefill runner")
     if not can_publish_config():
-        raise PathMissing(f"SGLang {version} has the 0.5.14+ prefill runner but neither runtime_context.publish "
+        raise PathMissing(f"SGLang {sglang_version()} has the 0.5.14+ prefill runner but neither runtime_context.publish "
                           "nor server_args.set_global_server_args_for_scheduler to publish config through")
     if not module_exists(EAGER_RUNNER_MODULE):
         return dataclasses.replace(LAYOUT, name=LAYOUT.name + ", no eager_runner")

@@ -23,13 +23,13 @@ from typing import Any, Optional
 import torch
 
 from harness.devices import sgl_kernel_standin
-from harness.errors import PathMissing
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, bind_sglang_hooks
 from harness.targets.prefill.base import (
     KvCache, Layout, PrefillTarget, build_forward_batch, make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import ensure_tp_group, load
-from harness.versions import module_exists, sglang_version
+from harness.targets import require_modules
+from harness.versions import module_exists
 
 RUNNER_MODULE = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
 CONTEXT_MODULE = "sglang.srt.compilation.piecewise_context_manager"
@@ -187,9 +187,6 @@ LAYOUT = Layout(name="0.5.9-0.5.13 (srt/model_executor/piecewise_cuda_graph_runn
 def detect() -> Optional[Layout]:
     if not module_exists(RUNNER_MODULE):
         return None
-    missing = [name for name in REQUIRED if not module_exists(name)]
-    if missing:
-        raise PathMissing(f"SGLang {sglang_version()} has the pre-0.5.14 prefill layout but misses module(s) "
-                          f"{', '.join(missing)}")
+    require_modules(REQUIRED, "the pre-0.5.14 prefill layout")
     sgl_kernel_standin.ensure()  # before anything imports SGLang's graph runners
     return LAYOUT
