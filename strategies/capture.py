@@ -19,15 +19,25 @@ MAX_CAPTURE_BS = 12  # small sizes keep a capture under a second on two cores
 ADAPTERS = sorted(k for k in LORA_SCALES if k is not None)
 
 
+def at_edges(sizes: list[int]) -> st.SearchStrategy[int]:
+    """A size of the list, or one below it: where `s <= limit` and `s < limit` part ways."""
+    return st.sampled_from(sizes).flatmap(lambda size: st.sampled_from([size, size, max(1, size - 1)]))
+
+
 @st.composite
 def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None, compile_backend: str = "eager",
                  compile_every_size: bool = False) -> DecodeCase:
     """`compile_every_size`: `torch_compile_max_bs` above every size, so each captured size is compiled."""
     capture_bs = draw(st.lists(st.integers(1, MAX_CAPTURE_BS), min_size=1, max_size=4, unique=True).map(sorted))
-    # The pool: often above the list (no change), sometimes below it (SGLang appends it and drops larger sizes).
-    pool = draw(st.one_of(st.integers(max(capture_bs), MAX_CAPTURE_BS + 4), st.integers(1, MAX_CAPTURE_BS)))
+    # The pool: often above the list (no change), sometimes below it (SGLang appends it and drops larger sizes),
+    # and at a captured size or one below it, the edges of SGLang's `<=` comparisons.
+    pool = draw(st.one_of(st.integers(max(capture_bs), MAX_CAPTURE_BS + 4), at_edges(capture_bs),
+                          st.integers(1, MAX_CAPTURE_BS)))
     enable_compile = draw(st.booleans()) if compile is None else compile
-    max_bs = draw(st.integers(0, MAX_CAPTURE_BS)) if enable_compile and not compile_every_size else 32
+    # The compile limit: anywhere, or at a captured size or one below it (an off-by-one there compiles one size
+    # more or less).
+    max_bs = draw(st.one_of(at_edges(capture_bs), st.integers(0, MAX_CAPTURE_BS))) \
+        if enable_compile and not compile_every_size else 32
     # LoRA and its two-graph variant are drawn more often than a fair coin would (Hypothesis starts from the
     # simplest values, so a gate budget of tens of examples would otherwise rarely reach them).
     with_lora = draw(st.sampled_from([True, True, False])) if lora is None else lora
