@@ -6,6 +6,9 @@ database); small budgets.
 nightly: random with a seed printed and recorded; ten times the examples.
 repro: runs only explicit examples and failures stored in the example database.
 No deadlines anywhere: a torch.compile costs seconds, and a slow example is not a failure.
+Each profile derives from Hypothesis's "default" profile, never from the one active at import: under a CI
+variable Hypothesis activates its "ci" profile (derandomize=True, no database), which would give CI other
+examples than a developer's machine and make a CI failure's replay command replay something else.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ def activate(name: str, database) -> None:
     """Register the three profiles over `database` and load `name`; called by the pytest plugin."""
     from harness.conditions import conditions
 
-    common = dict(deadline=None, print_blob=True, database=database, suppress_health_check=_SLOW_OK)
+    common = dict(parent=settings.get_profile("default"), deadline=None, print_blob=True, database=database,
+                  suppress_health_check=_SLOW_OK)
     settings.register_profile("gate", max_examples=20, **common)
     # A repro search (conditions set) must find the failure by generation, not by a pinned explicit example.
     search = dict(phases=[Phase.generate, Phase.target, Phase.shrink]) if conditions() else {}

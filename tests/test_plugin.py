@@ -117,14 +117,17 @@ def test_a_failure_found_on_one_machine_replays_on_another_through_redis(redis_u
     assert replayed["oracle"] == oracle and replayed["profile"] == "repro"
 
 
-def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path):
+def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path, monkeypatch):
+    """Also under a CI variable, where Hypothesis would otherwise switch to its derandomised "ci" profile."""
+    monkeypatch.delenv("CI", raising=False)
     runs = []
-    for name, extra in (("first", ()), ("again-under-xdist", ("-n", "1"))):
-        code, output = run_pytest([SUITE, "--report-dir", str(tmp_path / name), *extra])
+    for name, extra, env in (("first", (), {}), ("again-under-xdist", ("-n", "1"), {}),
+                             ("again-under-ci", (), {"CI": "true"})):
+        code, output = run_pytest([SUITE, "--report-dir", str(tmp_path / name), *extra], env=env)
         assert code == 0, output[-2000:]
         rows = load(tmp_path / name, "examples")
         runs.append([(row["drawn"], row["verdict"]) for row in rows])
-    assert len(runs[0]) >= 40 and runs[0] == runs[1]
+    assert len(runs[0]) >= 40 and runs[0] == runs[1] == runs[2]
 
 
 def test_a_failure_under_xdist_is_reported_with_its_properties(tmp_path):
