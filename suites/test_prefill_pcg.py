@@ -3,7 +3,7 @@ forward mode through SGLang's own dispatch, and check that the graph really repl
 #20441: a MIXED batch after an EXTEND capture recompiled at serve time and its pieces ran outside the capture).
 
 Two parts: the torch.compile piecewise path (`TcPiecewiseCudaGraphBackend` -> `install_torch_compiled` ->
-`SGLangBackend` -> `CUDAPiecewiseBackend`, on the virtual device), and the live 0.5.23 backends (breakable, full)
+`SGLangBackend` -> `CUDAPiecewiseBackend`, on the virtual device or a GPU), and the live 0.5.23 backends (breakable, full)
 through the same runner. Oracles after every forward: no Dynamo recompilation (with the failing guard), no
 "capture stream is not set" in any form, the graph path replayed every captured piece (a silent eager fallback
 fails), output equal to eager (bit-equal for the eager piece compiler) and to the model's by-hand numbers,
@@ -34,7 +34,7 @@ GRID = (4, 8, 16)
 # (DRAFT_EXTEND: main trees of mid-2026, whose ForwardMode still has it beside DRAFT_EXTEND_V2.)
 SPECULATIVE_OR_DLLM = ("DRAFT_EXTEND", "DRAFT_EXTEND_V2", "DLLM_EXTEND")
 # The modes the runner refuses and the modes this configuration never hands it differ by release: the adapter's
-# layout says which (`target.require_layout().refused_modes` / `.unproduced_modes`).
+# layout says which (`prefill.load().refused_modes` / `.unproduced_modes`).
 REFUSED = ("TARGET_VERIFY", "DECODE", "IDLE", "SPLIT_PREFILL", "PREBUILT")
 # Gate: no shrinking (shrink_in_gate=False). A failing example closes its session (its Dynamo cache is spoiled),
 # so each shrink step would capture again (~2 s); nightly shrinks.
