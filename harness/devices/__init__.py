@@ -35,11 +35,7 @@ class Device:
     _capture_mode: Callable[[str], contextlib.AbstractContextManager]
     _modes_used: Callable[[], list]
     _reset: Callable[[], None]
-
-    @property
-    def counts_graphs(self) -> bool:
-        """Whether `harness.counter` sees this device's graph captures and replays while it is installed."""
-        return self.name in ("cpu", "cuda")
+    counts_graphs: bool = False  # whether `harness.counter` sees its graph captures and replays while installed
 
     @property
     def available(self) -> bool:
@@ -79,7 +75,7 @@ def _cpu() -> Device:
     from harness.devices import cpu
 
     return Device("cpu", "cpu", None, _virtual_install, cpu.capture_mode, lambda: [c.mode for c in cpu.CAPTURES],
-                  cpu.reset_log)
+                  cpu.reset_log, counts_graphs=True)  # the virtual device bumps the counter itself
 
 
 @contextlib.contextmanager
@@ -139,7 +135,8 @@ def _cuda() -> Device:
         with only_cuda(personality), counting_cuda_graphs():
             yield
 
-    return Device("cuda", "cuda", reason, install, _nothing, lambda: ["cuda-graph"], lambda: None)
+    return Device("cuda", "cuda", reason, install, _nothing, lambda: ["cuda-graph"], lambda: None,
+                  counts_graphs=True)  # through counting_cuda_graphs
 
 
 def _npu() -> Device:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib
 import inspect
 import time
 from types import SimpleNamespace
@@ -240,7 +239,7 @@ class DecodeTarget:
         self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = shared_parts(
             case.lora, device, self.attention_backend_class)
         self.model_runner = self.make_model_runner(case, device)
-        self.decoration = importlib.import_module(layout.decoration_module)
+        self.decoration = load(layout.decoration_module)
         self.runner_class = self._runner_class()
         self.hooks = hooks
         self.patch_model_seen: list = []

@@ -1,12 +1,12 @@
-"""One prefill-runner target on the virtual device, with every oracle of the prefill suite attached.
+"""One prefill-runner target on the run's device, with every oracle of the prefill suite attached.
 
     session = PrefillSession.get(case)          # cached: one live target per process (see below)
     outcome = session.step(batch, ex)           # SGLang's dispatch for one forward, then all oracles
 
 A session enters its device (the virtual device in the case's capture mode, or a real GPU whose CUDA graphs the
-counter counts), a `RecompileWatcher` and a `CaptureStreamWatcher`, and builds the target (SGLang compiles and captures). The
-recompile watcher is armed once capture is done; the capture-stream watcher watches capture too (a capture
-session that never set the stream shows there first).
+counter counts), a `RecompileWatcher` and a `CaptureStreamWatcher`, and builds the target (SGLang compiles and
+captures). The recompile watcher is armed once capture is done; the capture-stream watcher watches capture too (a
+capture session that never set the stream shows there first).
 
 Only one target lives per process: `install_torch_compiled` removes the model class's forward code from Dynamo's
 cache each time it compiles a new instance, so an older target's compiled forward would recompile. Asking for
@@ -27,7 +27,7 @@ from harness.models.prefill_model import NUM_LAYERS, reference_logits
 from harness.oracles import OracleFailure
 from harness.oracles.capture_stream import CaptureStreamWatcher
 from harness.oracles.eager import assert_matches_eager
-from harness.oracles.graph_replay import check_eager_forward, check_graph_forward, replay_delta
+from harness.oracles.graph_replay import ORACLE as GRAPH_REPLAY, check_eager_forward, check_graph_forward, replay_delta
 from harness.oracles.process_state import check_at_rest
 from harness.oracles.recompile import RecompileWatcher
 from harness.targets import prefill
@@ -100,7 +100,6 @@ class PrefillSession:
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
             self.expected_sizes, self.graphs_per_shape = expected_capture(case)
             self.captured = counter.since(opened)["num_graphs_captured"]
-            self.capture_compiles = self.recompiles.warmup_compiles
             self.recompiles.arm()
             self.probes = self.target.state_probes()
         except BaseException:
@@ -115,15 +114,15 @@ class PrefillSession:
 
     # -- oracles that do not depend on a forward ------------------------------------------------------------
     def check_capture(self) -> None:
-        """After construction: the capture made graphs and saw no capture-stream problem."""
+        """After construction: no capture-stream problem, and the token counts and graphs the case implies."""
         self.streams.check("capture")
         sizes, per_size = self.expected_sizes, self.graphs_per_shape
         if sorted(self.capture_sizes) != sizes:
-            raise OracleFailure("graph-replay", f"the runner captured token counts {sorted(self.capture_sizes)}, "
+            raise OracleFailure(GRAPH_REPLAY, f"the runner captured token counts {sorted(self.capture_sizes)}, "
                                 f"the case configures {sizes} (sorted(set(capture_tokens)))",
                                 capture_sizes=self.capture_sizes, expected_sizes=sizes)
         if self.captured != len(sizes) * per_size:
-            raise OracleFailure("graph-replay", f"the capture recorded {self.captured} graph(s), expected "
+            raise OracleFailure(GRAPH_REPLAY, f"the capture recorded {self.captured} graph(s), expected "
                                 f"{len(sizes) * per_size} ({len(sizes)} token counts x {per_size} graph(s) each for "
                                 f"the {self.case.backend} backend)", capture_sizes=self.capture_sizes,
                                 captured=self.captured)
