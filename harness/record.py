@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.oracles import OracleFailure
+from harness.oracles import OracleFailure, capture_legality, stream_order
 
 
 @dataclasses.dataclass
@@ -154,7 +154,7 @@ def example(suite: str, **drawn):
     record = {"suite": suite, "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
               "drawn": jsonable(drawn)}
     try:
-        with _guarded(record):
+        with _guarded(record), capture_legality.checking(ex), stream_order.checking(ex):
             yield ex
     except OracleFailure as failure:
         record.update(verdict="fail", oracle=failure.oracle, diagnosis=failure.diagnosis,

@@ -48,15 +48,17 @@ def test_replay_after_inputs_changed_gives_the_new_result(virtual, mode):
 def test_record_mode_freezes_a_python_branch_and_side_effect(virtual):
     x = torch.tensor([1.0, 2.0])
     calls = []
+    big = {"flag": False}  # host state (a device value read with .item() would be refused inside a capture)
 
     def body():
         calls.append("ran")
-        if x[0].item() > 5:  # False at capture: the graph holds the other branch
+        if big["flag"]:  # False at capture: the graph holds the other branch
             return x * 100
         return x + 1
 
     graph, out = capture(body, "record")
     x.copy_(torch.tensor([10.0, 20.0]))
+    big["flag"] = True
     graph.replay()
     assert calls == ["ran"]  # the Python side effect happened at capture only
     assert out.tolist() == [11.0, 21.0]  # x + 1 (branch frozen), not x * 100
@@ -119,9 +121,9 @@ def test_a_replay_that_does_nothing_is_caught_by_the_eager_oracle(virtual):
 
 def test_scalars_read_at_capture_stay_baked_in(virtual):
     x = torch.tensor([2.0])
-    scale = torch.tensor([3.0])
-    graph, out = capture(lambda: x * scale.item(), "record")  # .item() reads 3 at capture
-    scale.fill_(100.0)
+    scale = [3.0]  # a host value (reading a device value with .item() would be refused inside a capture)
+    graph, out = capture(lambda: x * scale[0], "record")  # the op's scalar argument is 3 at capture
+    scale[0] = 100.0
     x.fill_(5.0)
     graph.replay()
     assert out.item() == 15.0  # 5 * 3: the scalar is baked in, as a kernel argument in a CUDA graph

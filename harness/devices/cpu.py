@@ -9,7 +9,8 @@ Graph primitives (the public API; other suites may import these, nothing else he
 - `graph(cuda_graph, pool=None, stream=None, capture_error_mode=None, **ignored)` -- the `torch.cuda.graph` context
   manager: the block inside is captured into `cuda_graph`.
 - `graph_pool_handle()` -> a `VirtualPoolHandle` (opaque, unique per call), `is_current_stream_capturing()` -> bool.
-  Streams, events and `synchronize` are `torch.cpu`'s own.
+  Streams and events are `harness.devices.streams`' (objects with identity, in place of torch.cpu's and, with no
+  GPU, torch.cuda's); `synchronize` is its `synchronize`.
 - `weak_ref_tensor(t)` / `weak_ref_tensors(x)` -- SGLang's weak references: a tensor aliasing the same storage.
 - `capture_mode(mode)` -- context manager choosing how captures made inside it work: "record" or "rerun".
 - `CAPTURES` -- a list of `CaptureRecord(graph_id, mode, num_ops, site)`, one per capture, in order; `reset_log()`.
@@ -51,7 +52,6 @@ import functools
 import itertools
 import linecache
 import sys
-import threading
 import types
 from typing import Any, Iterator, Optional
 
@@ -60,6 +60,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.counter import counter
+import harness.devices.legality as legality
+import harness.devices.stream_order as stream_order
+import harness.devices.streams as streams
 
 __all__ = [
     "VirtualGraph", "VirtualPoolHandle", "graph", "graph_pool_handle", "is_current_stream_capturing",
@@ -83,7 +86,6 @@ class CaptureRecord:
 
 
 CAPTURES: list[CaptureRecord] = []
-_state = threading.local()  # .capturing: the graph this thread is capturing into
 _device = types.SimpleNamespace(capture_mode="record", installs=0)  # set only through MonkeyPatch, so undone
 _graph_ids = itertools.count(1)
 _pool_ids = itertools.count(1)
@@ -108,7 +110,7 @@ def current_capture_mode() -> str:
 
 
 def is_current_stream_capturing() -> bool:
-    return getattr(_state, "capturing", None) is not None
+    return legality.capturing() is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,11 +281,13 @@ class VirtualGraph:
     def capture_begin(self, pool=None, capture_error_mode=None, *, _frame=None) -> None:
         if is_current_stream_capturing():
             raise GraphCaptureError("a graph capture is already in progress on this thread")
+        if streams.current_stream() is streams.DEFAULT:
+            legality.refuse("default-stream", "CUDAGraph.capture_begin", legality.DEFAULT_STREAM)
         self._pool = pool if pool is not None else graph_pool_handle()
         self.mode = current_capture_mode()
         self._frame = _frame if _frame is not None else sys._getframe(1)
         self.capture_site = f"{self._frame.f_code.co_filename}:{self._frame.f_lineno}"
-        _state.capturing = self
+        legality.begin(self)
         if self.mode == "record":
             self._recorder = _Recorder()
             self._recorder.__enter__()
@@ -300,7 +304,7 @@ class VirtualGraph:
                 snapshot = dict(self._frame.f_locals)
                 self._rerun = (code, self._frame.f_globals, snapshot, assigned)
         finally:
-            _state.capturing = None
+            legality.end()
             self._frame = None
         self._captured = True
         counter.num_graphs_captured += 1
@@ -310,7 +314,7 @@ class VirtualGraph:
         if self._recorder is not None:
             self._recorder.__exit__(None, None, None)
             self._recorder = None
-        _state.capturing = None
+        legality.end()
         self._frame = None
 
     # -- replay -------------------------------------------------------------------------------------------------
@@ -356,20 +360,25 @@ class VirtualGraph:
 
 
 class graph:  # noqa: N801 - mirrors torch.cuda.graph
-    """`with graph(g, pool=..., stream=...):` captures the block into `g` (a `VirtualGraph`)."""
+    """`with graph(g, pool=..., stream=...):` captures the block into `g` (a `VirtualGraph`). As torch's: without a
+    stream it captures on one side stream shared by all such captures, and it synchronises the device first."""
+
+    default_capture_stream: Optional[streams.Stream] = None
 
     def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode=None, **ignored) -> None:
         if not isinstance(cuda_graph, VirtualGraph):
             raise GraphCaptureError(f"the virtual device cannot capture into a {type(cuda_graph).__name__}")
+        if stream is None and graph.default_capture_stream is None:
+            graph.default_capture_stream = streams.Stream()
         self.cuda_graph = cuda_graph
         self.pool = pool
-        self.stream = stream
+        self.stream = stream if stream is not None else graph.default_capture_stream
         self._stream_ctx = None
 
     def __enter__(self):
-        if self.stream is not None:
-            self._stream_ctx = torch.cpu.stream(self.stream)
-            self._stream_ctx.__enter__()
+        streams.synchronize()
+        self._stream_ctx = streams.stream(self.stream)
+        self._stream_ctx.__enter__()
         self.cuda_graph.capture_begin(self.pool, _frame=sys._getframe(1))
         return None
 
@@ -380,8 +389,7 @@ class graph:  # noqa: N801 - mirrors torch.cuda.graph
             else:
                 self.cuda_graph._abort()
         finally:
-            if self._stream_ctx is not None:
-                self._stream_ctx.__exit__(exc_type, exc, tb)
+            self._stream_ctx.__exit__(exc_type, exc, tb)
         return False
 
 
@@ -406,6 +414,18 @@ def _weak_ref_module(name: str) -> types.ModuleType:
     return module
 
 
+def _own_copy(value):
+    """A function of its own wrapping `value` (classes as they are)."""
+    if isinstance(value, type):
+        return value
+
+    @functools.wraps(value)
+    def call(*args, **kwargs):
+        return value(*args, **kwargs)
+
+    return call
+
+
 def _wrap_get_device_module(original):
     @functools.wraps(original)
     def get_device_module(device=None):
@@ -428,6 +448,10 @@ def install() -> Iterator[pytest.MonkeyPatch]:
                             ("is_current_stream_capturing", is_current_stream_capturing)):
             patches.setattr(torch.cpu, name, value, raising=False)
             patches.setattr(torch.cuda, name, value)
+        for name, value in streams.NAMES.items():
+            patches.setattr(torch.cpu, name, value, raising=False)
+            patches.setattr(torch.cuda, name, _own_copy(value))  # Dynamo keys handlers by function: one each
+        legality.install_generator_rules(patches)
         patches.setattr(torch, "get_device_module", _wrap_get_device_module(torch.get_device_module))
         for name in WEAK_REF_MODULES:
             patches.setitem(sys.modules, name, _weak_ref_module(name))
@@ -435,4 +459,16 @@ def install() -> Iterator[pytest.MonkeyPatch]:
             if parent in sys.modules:
                 patches.setattr(sys.modules[parent], leaf, sys.modules[name], raising=False)
         patches.setattr(_device, "installs", _device.installs + 1)
-        yield patches
+        with _stream_order_checked():
+            yield patches
+
+
+@contextlib.contextmanager
+def _stream_order_checked() -> Iterator[None]:
+    """The stream-order checker's dispatch mode while the device is installed (unless `HARNESS_STREAM_ORDER=off`);
+    nested installs share the outer one's."""
+    if not stream_order.enabled() or _device.installs > 1:
+        yield
+        return
+    with stream_order.StreamOrderMode(streams.current_stream):
+        yield

@@ -97,6 +97,9 @@ class PrefillSession:
             self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
             with self.streams.watching_warnings():
                 self.target = self.layout.make_target(case, device.torch_device)
+            # SGLang's caller (cuda_graph_setup) then reads free memory with empty_cache=True, and cudaFree
+            # synchronises the device: the capture stream's eager tail is ordered before the first replay.
+            torch.get_device_module(device.torch_device).synchronize()
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
             self.expected_sizes, self.graphs_per_shape = expected_capture(case)
             self.captured = counter.since(opened)["num_graphs_captured"]

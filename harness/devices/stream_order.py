@@ -1,0 +1,226 @@
+"""Stream ordering on the virtual device: a happens-before checker over its streams and events, in the spirit of
+PyTorch's CUDA Sanitizer (`torch.cuda._sanitizer`, `TORCH_CUDA_SANITIZER=1`), whose bookkeeping classes it reuses
+(`StreamSynchronizations`: per stream, the last sequence number of every stream it is ordered after; `Access`,
+`TensorInfo`: per storage, the last write and the reads since).
+
+Each aten op outside a capture is one "kernel" on the current virtual stream: it reads its inputs and writes its
+mutated arguments and fresh outputs. An access on stream B to a storage last written (or, for a write, last read)
+on stream A, with no event record + wait, `wait_stream` or synchronisation ordering A's access before it, is a
+race: `RACES` gets one `Race` naming both streams, the tensor, both ops and both sites. On a GPU that is a data
+race; the CPU, which runs everything in program order, would never show it.
+
+What it does not see, and why: ops inside inductor's fused kernels (they bypass the dispatcher); work inside a
+capture (a captured graph runs at replay, where its ops are seen again on the replaying stream); accesses from
+outside torch (numpy views, `data_ptr` kernels). A device synchronisation orders everything before it, so the
+per-storage history is dropped there (it can no longer race), which keeps the checker cheap.
+`HARNESS_STREAM_ORDER=off` turns the checker off (`enabled()` says whether it is on).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import weakref
+from typing import Any, Optional
+
+import torch
+from torch.cuda._sanitizer import DEFAULT_STREAM_ID, Access, AccessType, StreamSynchronizations, TensorInfo
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import harness.devices.legality as legality
+
+SWITCH = "HARNESS_STREAM_ORDER"
+MAX_RACES = 20
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "on").lower() not in ("off", "0", "false", "no")
+
+
+@dataclasses.dataclass
+class Race:
+    tensor: str  # dtype and shape of the tensor the second access touched
+    storage: int  # its storage's address
+    stream: int  # the stream of the second access
+    operator: str
+    site: str
+    access: str  # "reading from" / "writing to"
+    previous_stream: int
+    previous_operator: str
+    previous_site: str
+    previous_access: str
+
+    def describe(self) -> str:
+        return (f"stream {self.stream} {self.access} {self.tensor} (storage {self.storage:#x}) in {self.operator} "
+                f"at {self.site}, last {self.previous_access.split()[0]} on stream {self.previous_stream} in "
+                f"{self.previous_operator} at {self.previous_site}, with no event record + wait, wait_stream or "
+                "synchronize ordering the two")
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.syncs = StreamSynchronizations()
+        self.accesses: dict[int, tuple[Any, TensorInfo]] = {}  # storage address -> (weakref to it, history)
+        self.seq_num = 0
+        self.races: list[Race] = []
+        self.streams = {DEFAULT_STREAM_ID}  # streams that ran work or were ordered, for the record
+        self.events_recorded = 0
+        self.waits = 0
+
+
+_checker = _Checker()
+
+
+def reset() -> None:
+    """Forget every stream's history and every race (an example starts)."""
+    global _checker
+    _checker = _Checker()
+
+
+def summary() -> dict:
+    """What the checker saw since `reset()`: streams that ran work, events recorded, waits, races."""
+    return {"streams": len(_checker.streams), "events_recorded": _checker.events_recorded,
+            "waits": _checker.waits, "races": len(_checker.races)}
+
+
+def races() -> list[Race]:
+    return list(_checker.races)
+
+
+# -- what streams and events report (streams.py) ----------------------------------------------------------------
+def _ordering_counts() -> bool:
+    return legality.capturing() is None  # inside a capture, records and waits become graph edges, not work
+
+
+def stream_created(stream) -> None:
+    if stream.stream_id != DEFAULT_STREAM_ID:
+        _checker.syncs.create_stream(stream.stream_id)
+
+
+def event_created(event) -> None:
+    _checker.syncs.create_event(event.event_id)
+
+
+def event_recorded(event, stream) -> None:
+    if _ordering_counts():
+        _checker.syncs.record_state(event.event_id, stream.stream_id)
+        _checker.events_recorded += 1
+
+
+def event_waited(event, stream) -> None:
+    if _ordering_counts():
+        _checker.syncs.stream_wait_for_event(stream.stream_id, event.event_id)
+        _checker.waits += 1
+
+
+def event_synchronized(event) -> None:
+    _checker.syncs.all_streams_wait_for_event(event.event_id)
+
+
+def stream_synchronized(stream) -> None:
+    _checker.syncs.all_streams_wait_for_stream(stream.stream_id)
+
+
+def device_synchronized() -> None:
+    _checker.syncs.sync_all_streams()
+    _checker.accesses.clear()  # everything before is ordered before everything after: no access can race now
+
+
+# -- accesses ---------------------------------------------------------------------------------------------------
+def _site(frame) -> str:
+    while frame is not None and frame.f_code.co_filename.startswith(legality._OWN_FILES):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _storage(value) -> Optional[torch.Tensor]:
+    if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.device.type != "cpu":
+        return None  # fake, meta and functional tensors of compilation carry no data
+    return value
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        found = _storage(value)
+        return [found] if found is not None else []
+    if isinstance(value, (list, tuple)):
+        return [t for v in value if isinstance(v, torch.Tensor) for t in _tensors(v)]
+    return []
+
+
+def _access(tensor: torch.Tensor, kind: AccessType, stream: int, operator: str, site: str, fresh: bool) -> None:
+    storage = tensor.untyped_storage()
+    address = storage.data_ptr()
+    if not address:
+        return
+    checker = _checker
+    entry = checker.accesses.get(address)
+    if fresh or entry is None or entry[0]() is not storage:  # new, or the address was freed and reused
+        entry = (weakref.ref(storage), TensorInfo(None))
+        checker.accesses[address] = entry
+    info = entry[1]
+    access = Access(kind, checker.seq_num, stream, operator, [], False, site)
+    previous = info.reads if kind is AccessType.WRITE and info.reads else [info.write]
+    for before in previous:
+        if before is not None and before.stream != stream and not checker.syncs.is_ordered_after(
+                stream, before.seq_num, before.stream) and len(checker.races) < MAX_RACES:
+            checker.races.append(Race(f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}", address,
+                                      stream, operator, site, str(kind), before.stream, before.operator,
+                                      before.stack_trace, str(before.type)))
+    if kind is AccessType.WRITE:
+        info.write, info.reads = access, []
+    else:
+        info.reads.append(access)
+
+
+class StreamOrderMode(TorchDispatchMode):
+    """Sees every aten op outside a capture and files its accesses on the current stream. Dynamo keeps compiling
+    under it (`ignore_compile_internals`), so compiled code and its guards run as without it."""
+
+    def __init__(self, current_stream) -> None:
+        super().__init__()
+        self.current_stream = current_stream
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if legality.capturing() is not None:
+            return out
+        try:
+            self._file(func, args, kwargs, out)
+        except Exception as error:  # noqa: BLE001 - an op the checker cannot read is noted, never a crash
+            legality.ADVISORIES.append(f"stream-order could not read {func}: {type(error).__name__}: {error}")
+        return out
+
+    def _file(self, func, args, kwargs, out) -> None:
+        schema = func._schema
+        stream = self.current_stream().stream_id
+        checker = _checker
+        checker.seq_num += 1
+        checker.syncs.update_seq_num(stream, checker.seq_num)
+        if stream != DEFAULT_STREAM_ID:
+            checker.streams.add(stream)
+        site = _site(sys._getframe(2))
+        operator = f"aten.{func.overloadpacket.__name__}"
+        named = dict(zip((a.name for a in schema.arguments), args))
+        named.update(kwargs)
+        for argument in schema.arguments:
+            if argument.name not in named:
+                continue
+            alias = argument.alias_info
+            if alias is not None and not alias.is_write:
+                continue  # a view: metadata only
+            kind = AccessType.WRITE if alias is not None else AccessType.READ
+            for tensor in _tensors(named[argument.name]):
+                _access(tensor, kind, stream, operator, site, fresh=False)
+        returns = out if isinstance(out, (tuple, list)) else (out,)
+        for result, value in zip(schema.returns, returns):
+            if result.alias_info is None:
+                for tensor in _tensors(value):
+                    _access(tensor, AccessType.WRITE, stream, operator, site, fresh=True)
