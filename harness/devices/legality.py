@@ -165,19 +165,19 @@ def end() -> None:
 # --------------------------------------------------------------------------------------------------------------
 # The CUDA generator's seed and state: wrapped in `install_generator_rules` while the device is installed
 # --------------------------------------------------------------------------------------------------------------
-_GENERATOR_CALLS = {  # (module, name): the CUDAGeneratorImpl method the call reaches first
-    ("torch.cuda", "initial_seed"): "current_seed",
-    ("torch.cuda", "get_rng_state"): "current_seed",
-    ("torch.cuda", "get_rng_state_all"): "current_seed",
-    ("torch.cuda", "manual_seed"): "set_current_seed",
-    ("torch.cuda", "manual_seed_all"): "set_current_seed",
-    ("torch.cuda", "seed"): "seed",
-    ("torch.cuda", "seed_all"): "seed",
-    ("torch.cuda", "set_rng_state"): "set_state",
-    ("torch", "manual_seed"): "set_current_seed",  # seeds every device's generator
-    ("torch", "seed"): "seed",
-    ("torch.random", "manual_seed"): "set_current_seed",
-    ("torch.random", "seed"): "seed",
+_GENERATOR_CALLS = {  # (module, name): (the CUDAGeneratorImpl method the call reaches first, outside a capture)
+    ("torch.cuda", "initial_seed"): ("current_seed", torch.initial_seed),  # torch.cuda's: the CPU generator's,
+    ("torch.cuda", "get_rng_state"): ("current_seed", lambda device="cuda": torch.get_rng_state()),  # as the
+    ("torch.cuda", "get_rng_state_all"): ("current_seed", lambda: [torch.get_rng_state()]),  # virtual device's
+    ("torch.cuda", "manual_seed"): ("set_current_seed", lambda seed: torch.manual_seed(seed) and None),
+    ("torch.cuda", "manual_seed_all"): ("set_current_seed", lambda seed: torch.manual_seed(seed) and None),
+    ("torch.cuda", "seed"): ("seed", lambda: torch.seed() and None),
+    ("torch.cuda", "seed_all"): ("seed", lambda: torch.seed() and None),
+    ("torch.cuda", "set_rng_state"): ("set_state", lambda state, device="cuda": torch.set_rng_state(state)),
+    ("torch", "manual_seed"): ("set_current_seed", None),  # seeds every device's generator; None: as it was
+    ("torch", "seed"): ("seed", None),
+    ("torch.random", "manual_seed"): ("set_current_seed", None),
+    ("torch.random", "seed"): ("seed", None),
 }
 
 
@@ -198,8 +198,8 @@ def _generator_call(qualified: str, method: str, original):
 
 def install_generator_rules(patches: pytest.MonkeyPatch) -> None:
     """Wrap the generator calls on `patches` (undone with the device)."""
-    for (module_name, name), method in _GENERATOR_CALLS.items():
+    for (module_name, name), (method, outside) in _GENERATOR_CALLS.items():
         module = sys.modules[module_name]
         original = getattr(module, name, None)
         if original is not None:
-            patches.setattr(module, name, _generator_call(f"{module_name}.{name}", method, original))
+            patches.setattr(module, name, _generator_call(f"{module_name}.{name}", method, outside or original))

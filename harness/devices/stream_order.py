@@ -52,7 +52,8 @@ class Race:
 
     def describe(self) -> str:
         return (f"stream {self.stream} {self.access} {self.tensor} (storage {self.storage:#x}) in {self.operator} "
-                f"at {self.site}, last {self.previous_access.split()[0]} on stream {self.previous_stream} in "
+                f"at {self.site}, last {'written' if self.previous_access.startswith('writing') else 'read'} on stream "
+                f"{self.previous_stream} in "
                 f"{self.previous_operator} at {self.previous_site}, with no event record + wait, wait_stream or "
                 "synchronize ordering the two")
 
