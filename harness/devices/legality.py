@@ -165,15 +165,16 @@ def end() -> None:
 # --------------------------------------------------------------------------------------------------------------
 # The CUDA generator's seed and state: wrapped in `install_generator_rules` while the device is installed
 # --------------------------------------------------------------------------------------------------------------
-_GENERATOR_CALLS = {  # (module, name): (the CUDAGeneratorImpl method the call reaches first, outside a capture)
-    ("torch.cuda", "initial_seed"): ("current_seed", torch.initial_seed),  # torch.cuda's: the CPU generator's,
-    ("torch.cuda", "get_rng_state"): ("current_seed", lambda device="cuda": torch.get_rng_state()),  # as the
-    ("torch.cuda", "get_rng_state_all"): ("current_seed", lambda: [torch.get_rng_state()]),  # virtual device's
-    ("torch.cuda", "manual_seed"): ("set_current_seed", lambda seed: torch.manual_seed(seed) and None),
-    ("torch.cuda", "manual_seed_all"): ("set_current_seed", lambda seed: torch.manual_seed(seed) and None),
-    ("torch.cuda", "seed"): ("seed", lambda: torch.seed() and None),
-    ("torch.cuda", "seed_all"): ("seed", lambda: torch.seed() and None),
-    ("torch.cuda", "set_rng_state"): ("set_state", lambda state, device="cuda": torch.set_rng_state(state)),
+_CPU = torch.default_generator  # the virtual device's generator: torch.cuda's calls reach it outside a capture
+_GENERATOR_CALLS = {  # (module, name): (the CUDAGeneratorImpl method the call reaches first, the call outside)
+    ("torch.cuda", "initial_seed"): ("current_seed", lambda: _CPU.initial_seed()),
+    ("torch.cuda", "get_rng_state"): ("current_seed", lambda device="cuda": _CPU.get_state()),
+    ("torch.cuda", "get_rng_state_all"): ("current_seed", lambda: [_CPU.get_state()]),
+    ("torch.cuda", "manual_seed"): ("set_current_seed", lambda seed: _CPU.manual_seed(seed) and None),
+    ("torch.cuda", "manual_seed_all"): ("set_current_seed", lambda seed: _CPU.manual_seed(seed) and None),
+    ("torch.cuda", "seed"): ("seed", lambda: _CPU.seed() and None),
+    ("torch.cuda", "seed_all"): ("seed", lambda: _CPU.seed() and None),
+    ("torch.cuda", "set_rng_state"): ("set_state", lambda state, device="cuda": _CPU.set_state(state) and None),
     ("torch", "manual_seed"): ("set_current_seed", None),  # seeds every device's generator; None: as it was
     ("torch", "seed"): ("seed", None),
     ("torch.random", "manual_seed"): ("set_current_seed", None),
