@@ -113,7 +113,7 @@ def pytest_sessionstart(session):
     run.context = {"record_format": RECORD_FORMAT, "run_id": inherited.get("run_id") or _fresh_run_id(),
                    "device": device, "personality": config.getoption(PERSONALITY),
                    "profile": config.getoption(PROFILE), "seed": _seed(config, inherited.get("seed")),
-                   **versions(), "sgl_kernel": sgl_kernel}
+                   **versions(), "sgl_kernel": sgl_kernel, "stream_order": stream_order_state(device)}
     record.configure(run.report_dir, run.context, run.example_timeout, run.worker)
     if config.getoption(SGLANG_COVERAGE):
         from harness.sglang_coverage import SGLangCoverage
@@ -121,6 +121,15 @@ def pytest_sessionstart(session):
         run.coverage = SGLangCoverage(run.context["sglang_path"], run.report_dir)
         if not run.controller:  # the processes that drive SGLang measure it
             run.coverage.start()
+
+
+def stream_order_state(device: str) -> str:
+    """Whether the virtual device's stream-order check runs, for every record and the summary."""
+    from harness.devices import stream_order
+
+    if device != "cpu":
+        return "not run (real hardware)"
+    return "on" if stream_order.enabled() else f"off ({stream_order.SWITCH}=off)"
 
 
 def _xdist_role(session) -> tuple[Optional[str], bool]:

@@ -70,8 +70,10 @@ def summarise(report_dir: Path, run_id: str) -> str:
             lines.append(f"- {row['test']}  [{row['oracle']}] {row['diagnosis']}")
             lines.append(f"    drawn: {json.dumps(row.get('drawn'))}")
             lines.append(f"    replay: {row['replay']}")
-    text = "\n".join(lines)
     context = (examples or failures)[0]
+    if context.get("stream_order", "on") != "on":
+        lines.append(f"stream-order check: {context['stream_order']}")
+    text = "\n".join(lines)
     (Path(report_dir) / "summary.md").write_text(
         f"# Harness run {run_id}\n\nSGLang {context.get('sglang')}, torch {context.get('torch')}, "
         f"device {context.get('device')}, profile {context.get('profile')}, seed {context.get('seed')}\n\n"
