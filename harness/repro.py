@@ -1,11 +1,16 @@
 """`python -m harness repro FILE`: from a user's crash log (or a harness failure record) to a reproduction.
 
 1. Read FILE, refusing what cannot be a log: missing, empty, binary, enormous.
-2. Classify it by signature (below); each names the suite to search and the conditions it reports (forward
-   mode, sizes, platform), which narrow the suite's strategies through HARNESS_CONDITIONS.
-3. Search: run that suite in a fresh process with a random seed, the nightly budget of examples, and a time
+2. Classify it by signature (below); each names the suite to search (for capture failures, the capture path the
+   log names: SGLang's "Piecewise CUDA Graph failed" wrapper or piecewise frames -> the prefill suite, "Capture
+   cuda graph failed" -> the decode suite) and the conditions it reports (forward mode, sizes, platform), which
+   narrow the suite's strategies through HARNESS_CONDITIONS.
+3. Known first: run the suite's strict expected failures and pinned regressions (`harness.known_findings`, seconds);
+   one that fails with an oracle of the signature, under the log's conditions, is named as a known finding of the
+   installed release, and the search is skipped.
+4. Search: run that suite in a fresh process with a random seed, the nightly budget of examples, and a time
    limit; the first failing example's record is the reproduction (kept even if the limit kills the search).
-4. Write a standalone script that replays it without Hypothesis, and the explicit example to pin in
+5. Write a standalone script that replays it without Hypothesis, and the explicit example to pin in
    suites/regressions/, then run the script once to confirm it fails the same way.
 """
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from harness import registry
+from harness import known_findings, registry
 from harness.errors import HarnessError
 from harness.mutants import REPO_ROOT, run_pytest
 
@@ -52,6 +57,14 @@ def _suite_by_words(text: str, default: str) -> str:
     return default
 
 
+def _capture_path(text: str) -> str:
+    """The suite of the capture path the log names: SGLang's wrappers first, then the words around them."""
+    if re.search(r"Piecewise CUDA Graph failed|piecewise|cuda_piecewise_backend|\bPCG\b|prefill_cuda_graph", text,
+                 re.I):
+        return "prefill_pcg"
+    return "decode_capture"
+
+
 def _graph_conditions(text: str) -> dict:
     conditions = {}
     if _modes(text):
@@ -70,17 +83,32 @@ class Signature:
     describe: str
     suite: Callable[[str], str]
     conditions: Callable[[str], dict]
+    oracles: frozenset = frozenset()  # the oracles whose failure is this signature (a known finding's must be one)
 
 
+CAPTURE_GRAPH_FAILED = r"Capture (cuda|npu)? ?graph failed|Piecewise CUDA Graph failed with error"
 SIGNATURES = [
     Signature("capture-stream-not-set", re.compile(r"capture stream is not set", re.I),
               "a piecewise graph tried to capture outside the capture session (a recompile at serve time)",
-              lambda t: "prefill_pcg", _graph_conditions),
+              lambda t: "prefill_pcg", _graph_conditions, frozenset({"capture-stream", "no-recompile"})),
+    Signature("cuda-capture-refused",
+              re.compile(r"operation not permitted when stream is capturing|Cannot call CUDAGeneratorImpl::\w+ "
+                         r"during CUDA graph capture|Cannot copy between CPU and CUDA tensors during CUDA graph "
+                         r"capture|must be captured on a non-default stream|cudaErrorStreamCapture\w*|"
+                         r"set_state_index method during capturing", re.I),
+              "CUDA refused an operation while the stream was capturing (a sync, host read or seed query inside "
+              "captured code)", _capture_path, _graph_conditions, frozenset({"capture-legality"})),
+    Signature("capture-crash",
+              re.compile(r"(?s)(" + CAPTURE_GRAPH_FAILED + r").*?\b(AttributeError|TypeError)\b|"
+                         r"\b(AttributeError|TypeError)\b.*?(" + CAPTURE_GRAPH_FAILED + r")", re.I),
+              "an attribute or type error raised during graph capture",
+              _capture_path, _graph_conditions, frozenset({"crash"})),
     Signature("dynamo-recompile",
               re.compile(r"RecompileError|Recompiling function|guard failure|FailOnRecompileLimitHit|"
                          r"recompile_limit", re.I),
               "Dynamo recompiled after capture (a guard failed on a runtime value)",
-              lambda t: _suite_by_words(t, "prefill_pcg"), _graph_conditions),
+              lambda t: _suite_by_words(t, "prefill_pcg"), _graph_conditions,
+              frozenset({"no-recompile", "capture-stream"})),
     Signature("compile-kwargs-rejected",
               re.compile(r"Either mode or options can be specified|Unexpected optimization option|"
                          r"Invalid backend|Unrecognized mode=", re.I),
@@ -88,14 +116,15 @@ SIGNATURES = [
               lambda t: "compile_kwargs",
               lambda t: {"platform": ["oot"], **({"options": [{"epilogue_fusion": True, "max_autotune": False}],
                                                   "backend": ["inductor"]}
-                                                 if "mode or options" in t else {})}),
-    Signature("graph-capture-failed", re.compile(r"Capture (cuda|npu)? ?graph failed|patch_model", re.I),
+                                                 if "mode or options" in t else {})},
+              frozenset({"kwargs-validity", "compiles"})),
+    Signature("graph-capture-failed", re.compile(CAPTURE_GRAPH_FAILED + r"|patch_model", re.I),
               "graph capture failed (the compiler the platform installed did not run)",
-              lambda t: "decode_capture", _graph_conditions),
+              _capture_path, _graph_conditions, frozenset({"hook-contract", "rebinding-by-value-import", "crash"})),
     Signature("wrong-output",
               re.compile(r"Mismatched elements|not close|wrong output|differs from eager|mismatch", re.I),
               "an output differs from eager execution",
-              lambda t: _suite_by_words(t, "decode_capture"), _graph_conditions),
+              lambda t: _suite_by_words(t, "decode_capture"), _graph_conditions, frozenset({"eager-equality"})),
 ]
 
 
@@ -144,6 +173,21 @@ def classify(text: str) -> tuple[Signature, str, dict]:
     known = "\n".join(f"  {s.name}: {s.describe} (matches /{s.pattern.pattern}/)" for s in SIGNATURES)
     raise HarnessError(f"no known signature in this log. The signatures the harness knows:\n{known}\n"
                        "or pass a failure record (a line of a run's failures.jsonl)")
+
+
+def _agrees(drawn: dict, conditions: dict) -> bool:
+    """A record's drawn values agree with every condition the log names that the record also has."""
+    return all(drawn[key] in values for key, values in conditions.items() if key in (drawn or {}))
+
+
+def known_finding(signature: Signature, suite: str, conditions: dict) -> tuple[dict, str] | None:
+    """The first known finding or pinned regression of `suite` that fails with an oracle of `signature` under the
+    log's conditions, and its reason; None when there is none."""
+    known, failures = known_findings.run_known(suite)
+    for record in failures:
+        if record.get("oracle") in signature.oracles and _agrees(record.get("drawn") or {}, conditions):
+            return record, known_findings.reason_of(known, record.get("test", ""))
+    return None
 
 
 def search(suite: str, conditions: dict, budget: float, work: Path) -> dict | None:
@@ -231,8 +275,17 @@ def repro(path: str, budget: float, out: Path) -> int:
         print(f"[repro] a harness failure record of {record['test']} ({record.get('oracle')}); replaying it")
     else:
         signature, suite, conditions = classify(text)
-        print(f"[repro] signature {signature.name}: {signature.describe}\n[repro] searching suite {suite} with "
-              f"conditions {json.dumps(conditions)} for up to {budget:.0f} s")
+        print(f"[repro] signature {signature.name}: {signature.describe}\n[repro] checking suite {suite}'s known "
+              "findings and pinned regressions first")
+        known = known_finding(signature, suite, conditions)
+        if known is not None:
+            record, reason = known
+            print(f"[repro] a KNOWN FINDING of the installed SGLang {record.get('sglang')} (after "
+                  f"{time.time() - started:.1f} s, no search): {record['test']} [{record.get('oracle')}] "
+                  f"{record.get('diagnosis')}\n[repro] why it is kept: {reason}\n[repro] replay: {record['replay']}")
+            return 0
+        print(f"[repro] none matches; searching suite {suite} with conditions {json.dumps(conditions)} for up "
+              f"to {budget:.0f} s")
         record = search(suite, conditions, budget, Path(tempfile.mkdtemp(prefix="harness-repro-")))
         if record is None:
             print(f"[repro] not reproduced within {budget:.0f} s; widen the budget with --budget, or run the "

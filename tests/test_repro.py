@@ -11,6 +11,7 @@ import pytest
 
 from harness import __main__ as cli
 from harness.mutants import REPO_ROOT, scratch_sglang
+from harness import known_findings
 from harness.repro import RECORD_FORMAT, SIGNATURES, classify
 from tests.test_compile_kwargs_mutants import MUTANTS
 
@@ -60,6 +61,15 @@ def test_a_record_from_another_harness_version_is_refused(tmp_path, capsys):
      "decode_capture", {}),
     ("RuntimeError: Either mode or options can be specified", "compile_kwargs", {"platform": ["oot"]}),
     ("Capture cuda graph failed on Ascend NPU with torchair", "decode_capture", {"personality": ["npu"]}),
+    # CUDA's capture errors, inside SGLang's wrappers: the wrapper names the capture path
+    ("Exception: Capture cuda graph failed: CUDA error: operation not permitted when stream is capturing",
+     "decode_capture", {}),
+    ("RuntimeError: Piecewise CUDA Graph failed with error: Cannot call CUDAGeneratorImpl::current_seed during CUDA "
+     "graph capture. If you need this call to be captured, please file an issue.", "prefill_pcg", {}),
+    ("Capture cuda graph failed: AttributeError: 'NoneType' object has no attribute 'seq_lens'",
+     "decode_capture", {}),
+    ("Piecewise CUDA Graph failed with error: TypeError: unsupported operand type(s), num_tokens=8",
+     "prefill_pcg", {"num_tokens": [8]}),
 ])
 def test_signatures_pick_the_suite_and_the_conditions(log, suite, conditions):
     _, found_suite, found = classify(log)
@@ -82,3 +92,34 @@ def test_a_pasted_log_is_reproduced_by_search_and_replayed_standalone(tmp_path):
     assert "signature compile-kwargs-rejected" in done.stdout
     assert "[kwargs-validity] mode and options both reach torch.compile" in done.stdout
     assert "fails as reported" in done.stdout
+
+
+@pytest.mark.parametrize("log, signature", [
+    ("Capture cuda graph failed: CUDA error: operation not permitted when stream is capturing",
+     "cuda-capture-refused"),
+    ("Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned",
+     "cuda-capture-refused"),
+    ("CUDA graphs must be captured on a non-default stream.", "cuda-capture-refused"),
+    ("Piecewise CUDA Graph failed with error: AttributeError: x", "capture-crash"),
+])
+def test_the_capture_family_has_its_signatures(log, signature):
+    assert classify(log)[0].name == signature
+
+
+def test_known_findings_are_the_strict_xfails_and_the_pinned_regressions():
+    prefill = {k.test.split("::")[-1] for k in known_findings.known_tests("prefill_pcg")}
+    assert {"test_findings_global_forward_mode_none_recompiles", "test_findings_capture_size_one_never_replays",
+            "test_findings_speculative_modes_recompile"} <= prefill
+    assert [k.test for k in known_findings.known_tests("decode_capture")] == [
+        "suites/regressions/test_decode_patch_model_override.py"]
+
+
+def test_a_known_finding_is_named_without_a_search(tmp_path, capsys):
+    log = tmp_path / "user.log"
+    log.write_text("WARNING cuda_piecewise_backend.py: PCG capture stream is not set. This can be a Dynamo runtime "
+                   "recompilation or an optional VLM branch pre-warmed outside CUDA graph capture\n")
+    code, output = answer(capsys, str(log), "--out", str(tmp_path / "out"))
+    assert code == 0, output
+    assert "a KNOWN FINDING of the installed SGLang" in output and "no search" in output
+    assert "searching suite" not in output
+    assert "test_findings_" in output and "[no-recompile]" in output
