@@ -13,14 +13,14 @@ from reports.summary import load  # noqa: E402
 
 
 def run_suite(suite: str, edits: list[Edit] | None = None, name: str = "clean", extra: tuple = (),
-              timeout: float = 900) -> dict:
+              timeout: float = 900, env: dict | None = None) -> dict:
     """Run `suite` once; report wall time, examples/s and, for a failure, seconds until its first record."""
     root = scratch_sglang(edits) if edits else None
     report_dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     started = time.time()
     code, output = run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *device_args(), *extra],
                               sglang_root=root,
-                              mutant=name if edits else "", timeout=timeout)
+                              mutant=name if edits else "", timeout=timeout, env=env)
     wall = time.time() - started
     rows = load(report_dir, "examples")
     rows.sort(key=lambda row: row["ts"])

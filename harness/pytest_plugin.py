@@ -129,7 +129,7 @@ def stream_order_state(device: str) -> str:
 
     if device != "cpu":
         return "not run (real hardware)"
-    return "on" if stream_order.enabled() else f"off ({stream_order.SWITCH}=off)"
+    return "on" if stream_order.enabled() else f"off ({stream_order.off_reason()})"
 
 
 def _xdist_role(session) -> tuple[Optional[str], bool]:

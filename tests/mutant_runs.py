@@ -37,3 +37,17 @@ def run_suite_on_mutant(suite: str, name: str, edits: list[Edit], report_dir: Pa
 def failure_records(report_dir: Path) -> list[dict]:
     """The run's failure records (`failures.jsonl`), first failure first."""
     return read_records(report_dir / "failures.jsonl")
+
+
+def assert_mutant_fails(test: str, name: str, edits: list[Edit], report_dir: Path, oracle: str, texts: list[str],
+                        extra: tuple[str, ...] = (), timeout: float = 600) -> dict:
+    """Run `test` on the mutant: it must fail, its first failure record naming `oracle` with every one of `texts`
+    in the diagnosis; returns that record."""
+    code, output = run_suite_on_mutant(test, name, edits, report_dir, extra=extra, timeout=timeout)
+    assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
+    failures = failure_records(report_dir)
+    assert failures, f"mutant {name}: the suite failed but wrote no failure record:\n{output[-3000:]}"
+    assert failures[0]["oracle"] == oracle, failures[0]
+    for text in texts:
+        assert text in failures[0]["diagnosis"], (text, failures[0]["diagnosis"])
+    return failures[0]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mutant_runs import failure_records, run_suite_on_mutant
+from tests.mutant_runs import assert_mutant_fails, run_suite_on_mutant
 
 SUITE = "suites/test_decode_capture.py"
 RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
@@ -96,13 +96,7 @@ MUTANTS = {
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_decode_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
     edits, test, extra, oracle, texts = MUTANTS[name]
-    code, output = run_suite_on_mutant(test, name, edits, tmp_path, extra=extra, timeout=600)
-    assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
-    failures = failure_records(tmp_path)
-    assert failures, f"mutant {name}: the suite failed but wrote no failure record:\n{output[-3000:]}"
-    assert failures[0]["oracle"] == oracle, failures[0]
-    for text in texts:
-        assert text in failures[0]["diagnosis"], (text, failures[0]["diagnosis"])
+    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts, extra=extra)
 
 
 @pytest.mark.parametrize("personality", ["cuda", "npu"])

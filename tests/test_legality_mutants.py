@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from harness.devices import legality
-from tests.mutant_runs import failure_records, run_suite_on_mutant
+from tests.mutant_runs import assert_mutant_fails
 
 DECODE = "suites/test_decode_capture.py::test_replay_matches_eager_and_patch_model_contract"
 PREFILL = "suites/test_prefill_pcg.py::test_piecewise_forward_modes"
@@ -65,10 +65,4 @@ MUTANTS = {
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_legality_mutant_fails_with_cuda_text(name, tmp_path):
     edits, test, oracle, texts = MUTANTS[name]
-    code, output = run_suite_on_mutant(test, name, edits, tmp_path, timeout=600)
-    assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
-    failures = failure_records(tmp_path)
-    assert failures, f"mutant {name}: the suite failed but wrote no failure record:\n{output[-3000:]}"
-    assert failures[0]["oracle"] == oracle, failures[0]
-    for text in texts:
-        assert text in failures[0]["diagnosis"], (text, failures[0]["diagnosis"])
+    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts)

@@ -26,7 +26,20 @@ _event_ids = itertools.count(1)
 _current = threading.local()  # .stream
 
 
-class Stream:
+class _Waitable:
+    """`query()` and `synchronize()`, refused while a capture is open, as on CUDA; `_synchronized()` tells the
+    stream-order checker what the host now waited for."""
+
+    def query(self) -> bool:
+        legality.check_sync(f"torch.cuda.{type(self).__name__}.query")
+        return True
+
+    def synchronize(self) -> None:
+        legality.check_sync(f"torch.cuda.{type(self).__name__}.synchronize")
+        self._synchronized()
+
+
+class Stream(_Waitable):
     """A stream with identity; `cuda_stream` / `stream_id` give its number (0: the default stream)."""
 
     def __init__(self, device=None, priority: int = 0, *, _stream_id: Optional[int] = None, **ignored) -> None:
@@ -53,12 +66,7 @@ class Stream:
         event.record(self)
         return event
 
-    def query(self) -> bool:
-        legality.check_sync("torch.cuda.Stream.query")
-        return True
-
-    def synchronize(self) -> None:
-        legality.check_sync("torch.cuda.Stream.synchronize")
+    def _synchronized(self) -> None:
         stream_order.stream_synchronized(self)
 
     def __enter__(self) -> "Stream":  # `with stream:` as torch.Stream allows
@@ -76,7 +84,7 @@ class Stream:
 DEFAULT = Stream(_stream_id=0)
 
 
-class Event:
+class Event(_Waitable):
     """An event with identity; record / wait order streams for the stream-order checker."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
@@ -92,12 +100,7 @@ class Event:
     def wait(self, stream: Optional[Stream] = None) -> None:
         stream_order.event_waited(self, current_stream() if stream is None else stream)
 
-    def query(self) -> bool:
-        legality.check_sync("torch.cuda.Event.query")
-        return True
-
-    def synchronize(self) -> None:
-        legality.check_sync("torch.cuda.Event.synchronize")
+    def _synchronized(self) -> None:
         stream_order.event_synchronized(self)
 
     def elapsed_time(self, end_event: "Event") -> float:

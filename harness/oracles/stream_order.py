@@ -16,7 +16,7 @@ ORACLE = "stream-order"
 
 def describe_run(seen: dict) -> str:
     if not stream_order.enabled():
-        return f"off ({stream_order.SWITCH}=off)"
+        return f"off ({stream_order.off_reason()})"
     if not cpu.installed():
         return "not run: the virtual device is not installed (real hardware, or no device at all)"
     if seen["streams"] <= 1 and not seen["events_recorded"]:
