@@ -42,7 +42,7 @@ def checking(ex) -> Iterator[None]:
         raise found from error
     finally:
         if legality.ADVISORIES:
-            ex.note("capture_advisories", sorted(set(legality.ADVISORIES))[:20])
+            ex.note("device_advisories", sorted(set(legality.ADVISORIES))[:20])
     found = failure()
     if found is not None:
         raise found
