@@ -23,8 +23,9 @@ What a capture means, in the two modes:
 - "record": a `TorchDispatchMode` is active while the captured block runs; every aten op, its arguments and its
   outputs are kept. `replay()` runs the recorded ops again on the *same tensor objects*: functional ops recompute and
   copy into the tensors produced at capture, in-place / out= ops mutate their (static) arguments again, views are not
-  re-run (they still alias the same storage), host reads (`.item()`, `.tolist()`) are not re-run: the Python values
-  they produced are baked into later ops, as a CUDA graph bakes its kernel arguments. Python branches, side effects
+  re-run (they still alias the same storage), Python scalars passed to ops are baked in, as a CUDA graph bakes its
+  kernel arguments (host reads of device values, `.item()`, `.tolist()`, are refused inside a capture, as CUDA
+  refuses them: `harness.devices.legality`). Python branches, side effects
   and prints inside the block happen at capture only. Caveat (checked on torch 2.14): Dynamo does not run compiled
   frames while a dispatch mode is active, so a compiled function captured in record mode records its eager ops;
   inductor kernels bypass the dispatcher and could not be recorded anyway.
@@ -33,11 +34,18 @@ What a capture means, in the two modes:
   the block assigned into the tensors it assigned at capture, so outputs still land in the same tensors. Right for
   compiled code (Dynamo guards are evaluated and inductor kernels run at each replay); Python in the block does run
   again, so frozen-branch bugs are not visible in this mode.
+In both modes a capture must run on a side stream (`graph` without a stream uses a shared one, as torch's does, and
+synchronises the device first), and while it is open `harness.devices.legality` refuses what CUDA refuses during
+stream capture, with CUDA's text (its docstring lists the rules enforced and not). Outside captures, while
+installed, `harness.devices.stream_order` files every op's accesses on the current virtual stream and reports
+accesses across streams that no event, stream wait or synchronisation orders.
 
 Where it plugs in (`install`): `torch.cpu` gains `graph`, `CUDAGraph`, `graph_pool_handle`,
 `is_current_stream_capturing` (the runners take `torch.get_device_module(model_runner.device)`);
 `torch.cuda.CUDAGraph`, `torch.cuda.graph`, `torch.cuda.graph_pool_handle` and
-`torch.cuda.is_current_stream_capturing` are swapped while no real GPU is present (SGLang's full-graph and piecewise
+`torch.cuda.is_current_stream_capturing`, the stream and event names (`Stream`, `Event`, `current_stream`,
+`default_stream`, `set_stream`, `stream`, `synchronize`, on both `torch.cpu` and `torch.cuda`) and the CUDA
+generator's seed and state calls are swapped while no real GPU is present (SGLang's full-graph and piecewise
 backends name them directly); `torch.get_device_module` is wrapped (`functools.wraps`, so `__wrapped__` exists) to
 map a call without a device to `torch.cpu`, as `GroupCoordinator.graph_capture` makes; SGLang's `weak_ref_tensor`
 module (which raises at import on a CPU) is provided under both of its names. The npu personality
