@@ -140,6 +140,40 @@ def mutate(options, extra: list[str]) -> int:
     return 0
 
 
+def bisect(options, extra: list[str]) -> int:
+    """The first commit of a git checkout where a test (or a repro script) fails; the checkout is only read."""
+    from harness.bisect import Request, bisect as run_bisect
+    from harness.errors import HarnessError
+    from harness.releases import release_python
+
+    python = options.python or sys.executable
+    if python[:1].isdigit():  # a release: its environment (e.g. 0.5.14, which pins torch 2.11 as main did)
+        python = str(release_python(python))
+    started = time.monotonic()
+    try:
+        if not Path(python).exists():
+            raise HarnessError(f"--python {options.python}: no interpreter at {python}")
+        if options.repro and not Path(options.repro).is_file():
+            raise HarnessError(f"--repro {options.repro}: no such file (give the script `python -m harness repro` "
+                               "wrote)")
+        candidates, steps = run_bisect(Request(options.tree, options.good, options.bad, options.test,
+                                               options.repro and str(Path(options.repro).resolve()), python,
+                                               Path(options.report_dir), options.timeout, tuple(extra)))
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    wall = time.monotonic() - started
+    print(f"\n[harness] bisect: {len(steps)} steps, {wall:.0f} s in all "
+          f"({sum(s.seconds for s in steps) / max(1, len(steps)):.0f} s a step)")
+    for done in steps:
+        print(f"  {done.line()}")
+    if len(candidates) == 1:
+        print(f"first bad commit: {candidates[0]}")
+        return 0
+    print("skipped commits leave the first bad commit among:\n" + "\n".join(f"  {c}" for c in candidates))
+    return 3
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.profiles import PROFILES
     from harness.devices import DEVICES
@@ -180,6 +214,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="the gate campaign (coverage), mutants.jsonl, mutate.md, report.html")
     change.add_argument("--list", action="store_true", help="list the targeted functions and stop")
     change.set_defaults(handler=mutate)
+    search = commands.add_parser("bisect", help="the first commit of an SGLang checkout where a test fails")
+    search.add_argument("--tree", required=True, help="a git checkout of SGLang (only read: never checked out)")
+    search.add_argument("--good", required=True, help="a revision where the test passes")
+    search.add_argument("--bad", required=True, help="a later revision where it fails")
+    which = search.add_mutually_exclusive_group(required=True)
+    which.add_argument("--test", help="a pytest node id of the harness, e.g. suites/regressions/test_x.py")
+    which.add_argument("--repro", help="a standalone script written by `python -m harness repro`")
+    search.add_argument("--python", default=None,
+                        help="the interpreter whose environment runs each step, or a release (e.g. 0.5.14) for its "
+                             "environment under HARNESS_RELEASE_ENVS (default: this one)")
+    search.add_argument("--timeout", type=float, default=1200.0, help="seconds one step may run (default 1200)")
+    search.add_argument("--report-dir", default="reports/bisect", help="bisect.jsonl and each step's records")
+    search.set_defaults(handler=bisect)
     options, extra = parser.parse_known_args(argv)
     return options.handler(options, extra)
 

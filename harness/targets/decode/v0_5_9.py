@@ -49,10 +49,6 @@ def attention_backend_class():
     return DecodeAttentionDoublePre14
 
 
-def _attn_backend_of_batch(forward_batch):
-    return forward_batch.attn_backend
-
-
 def _no_lora_variant():
     return None  # these releases capture one graph per size, always with the LoRA step
 
@@ -61,8 +57,13 @@ class Target(DecodeTarget):
     attention_backend_class = staticmethod(attention_backend_class)
 
     def __init__(self, *args, **kwargs) -> None:
-        bind_sglang_hooks(attn_backend=_attn_backend_of_batch, lora_variant=_no_lora_variant)
+        bind_sglang_hooks(attn_backend=self._attn_backend_of_batch, lora_variant=_no_lora_variant)
         super().__init__(*args, **kwargs)
+
+    def _attn_backend_of_batch(self, forward_batch):
+        """The releases bind it on the batch; main's trees between them and the 0.5.14 refactor (this runner
+        module) publish it only in SGLang's forward context, which a replay does not enter: there, the runner's."""
+        return getattr(forward_batch, "attn_backend", None) or self.attn_backend
 
     def publish_config(self, case, device: str) -> Any:
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
