@@ -155,10 +155,11 @@ def bisect(request: Request) -> tuple[list[Commit], list[Step]]:
         print(f"[bisect] {done.line()}", flush=True)
         return done
 
-    ends = [judged(good), judged(bad)]
+    ends = [judged(good)]
     if ends[0].verdict != GOOD:
         raise HarnessError(f"the good revision {good} does not pass ({ends[0].verdict}: {ends[0].why}); give a "
                            "revision where the test passes")
+    ends.append(judged(bad))
     if ends[1].verdict != BAD:
         raise HarnessError(f"the bad revision {bad} does not fail ({ends[1].verdict}: {ends[1].why or 'it passes'})"
                            "; give a revision where the test fails")

@@ -72,7 +72,7 @@ class Checkout:
                 archive = subprocess.Popen(["git", "-C", str(self.path), "archive", "--format=tar", commit.hash,
                                             package], stdout=subprocess.PIPE)
                 with tarfile.open(fileobj=archive.stdout, mode="r|") as tar:
-                    tar.extractall(into, filter="data")
+                    tar.extractall(into, filter="tar")  # "tar": links stay links (a tree may hold them)
                 if archive.wait() != 0:
                     raise HarnessError(f"git archive {commit.hash} {package} failed in {self.path}")
                 return into / folder if folder else into
