@@ -113,7 +113,7 @@ def mutate(options, extra: list[str]) -> int:
     """Mutants of the targeted functions, judged by the suites that drive them; the report and the HTML page."""
     from harness.errors import HarnessError
     from harness.mutate import Request, mutate as run_mutate
-    from harness.mutate.targets import narrow, targets
+    from harness.mutate.targets import narrow, targeted_functions
     from harness.source_tree import source_root
     from harness.versions import require_sglang
 
@@ -121,7 +121,7 @@ def mutate(options, extra: list[str]) -> int:
         root = source_root(options.tree) if options.tree else None
         sglang_dir = root / "sglang" if root else Path(require_sglang())
         if options.list:
-            for target in narrow(targets(sglang_dir), options.functions):
+            for target in narrow(targeted_functions(sglang_dir), options.functions):
                 print(f"{target.file}::{target.function}")
             return 0
         report_dir = Path(options.report_dir)

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from harness import record as records
 from harness.mutate import reach, report
 from harness.mutate.judge import UNREACHED, judge, record
-from harness.mutate.targets import mutants, narrow, sample, targets
+from harness.mutate.targets import mutants, narrow, sample, targeted_functions
 
 RECORDS = "mutants.jsonl"
 
@@ -49,7 +49,7 @@ def judged_before(path: Path) -> list[dict]:
 
 def mutate(request: Request) -> list[dict]:
     """Judge the drawn mutants not judged yet (records written line by line); every record of this draw."""
-    found = narrow(targets(request.sglang_dir), request.functions)
+    found = narrow(targeted_functions(request.sglang_dir), request.functions)
     texts = {t.file: t.text for t in found}
     suites = {t.file: t.suites for t in found}
     drawn = sample(mutants(found), texts, request.count, request.seed)

@@ -22,7 +22,7 @@ class Target:
     text: str  # the file's text
 
 
-def targets(sglang_dir: Path) -> list[Target]:
+def targeted_functions(sglang_dir: Path) -> list[Target]:
     """Every targeted function this SGLang has, in file and line order (files it lacks are left out)."""
     wanted: dict[str, list[Optional[str]]] = {}
     owners: dict[str, list[Suite]] = {}
