@@ -106,11 +106,13 @@ def mutants_section(rows: list[dict]) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + size * wide + 20}" '
              f'height="{top + size * len(names) + 10}" font-family="monospace" font-size="11">']
     for j, name in enumerate(names):
-        parts.append(f'<text x="{left - 6}" y="{top + j * size + size - 3}" text-anchor="end">{html.escape(name)}</text>')
+        parts.append(f'<text x="{left - 6}" y="{top + j * size + size - 3}" text-anchor="end">'
+                     f'{html.escape(name)}</text>')
         for i, row in enumerate(sorted(by_function[name], key=lambda r: r["line"])):
             title = f"{row['file']}:{row['line']} {row['operator']}: {row['verdict']} {row.get('oracle') or ''}"
+            colour = MUTANT_COLOURS.get(row["verdict"], "#000")
             parts.append(f'<rect x="{left + i * size}" y="{top + j * size}" width="{size - 2}" height="{size - 2}" '
-                         f'fill="{MUTANT_COLOURS.get(row["verdict"], "#000")}"><title>{html.escape(title)}</title></rect>')
+                         f'fill="{colour}"><title>{html.escape(title)}</title></rect>')
     parts.append("</svg>")
     counts = collections.Counter(row["verdict"] for row in rows)
     legend = ", ".join(f"<span style='color:{c}'>&#9632;</span> {v} {counts[v]}" for v, c in MUTANT_COLOURS.items())

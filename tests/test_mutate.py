@@ -38,7 +38,8 @@ EXPECTED_OPERATORS = {"flip-comparison", "negate-condition", "swap-and-or", "con
 
 def _mutants(source: str = SOURCE) -> list[operators.Mutant]:
     tree = ast.parse(source)
-    return [m for name, node in operators.functions(tree) for m in operators.function_mutants("x.py", source, name, node)]
+    return [m for name, node in operators.functions(tree)
+            for m in operators.function_mutants("x.py", source, name, node)]
 
 
 def test_every_operator_fires_and_none_touches_docstrings_logging_or_annotations():
@@ -59,8 +60,8 @@ def test_the_draw_is_the_same_for_a_seed_and_ids_are_stable():
     texts = {t.file: t.text for t in found}
     every = targets.mutants(found)
     first = [m.id for m in targets.sample(every, texts, 12, 3)]
-    assert first == [m.id for m in targets.sample(targets.mutants(targets.targeted_functions(Path(require_sglang()))), texts,
-                                                  12, 3)]
+    again = targets.mutants(targets.targeted_functions(Path(require_sglang())))
+    assert first == [m.id for m in targets.sample(again, texts, 12, 3)]
     assert first != [m.id for m in targets.sample(every, texts, 12, 4)]
 
 
@@ -76,7 +77,8 @@ def test_targets_are_the_registry_coverage_list():
 
 
 def _kwargs_mutant(text_of: str) -> tuple[operators.Mutant, targets.Target]:
-    target = next(t for t in targets.targeted_functions(Path(require_sglang())) if t.function == "build_torch_compile_kwargs")
+    target = next(t for t in targets.targeted_functions(Path(require_sglang()))
+                  if t.function == "build_torch_compile_kwargs")
     mutant = next(m for m in operators.function_mutants(target.file, target.text, target.function, target.node)
                   if m.operator == "flip-comparison" and text_of in m.original)
     return mutant, target
