@@ -11,6 +11,7 @@ SGLang's constructor runs); `sgl_kernel` is imported unconditionally (the device
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from types import SimpleNamespace
 from typing import Any, Optional
 from unittest import mock
@@ -57,12 +58,18 @@ class Target(DecodeTarget):
     attention_backend_class = staticmethod(attention_backend_class)
 
     def __init__(self, *args, **kwargs) -> None:
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+        self.batch_holds_backend = "attn_backend" in {f.name for f in dataclasses.fields(ForwardBatch)}
         bind_sglang_hooks(attn_backend=self._attn_backend_of_batch, lora_variant=_no_lora_variant)
         super().__init__(*args, **kwargs)
 
     def _attn_backend_of_batch(self, forward_batch):
-        """The releases bind it on the batch; main's trees between them and the 0.5.14 refactor (this runner
-        module) publish it only in SGLang's forward context, which a replay does not enter: there, the runner's."""
+        """The releases bind it on the batch (a ForwardBatch field); main's trees between them and the 0.5.14
+        refactor (this runner module, no such field) publish it only in SGLang's forward context, which a replay
+        does not enter: there, the one the harness set for an eager run, else the runner's, captured with."""
+        if self.batch_holds_backend:  # decided before any trace: Dynamo cannot trace dataclasses.fields
+            return forward_batch.attn_backend
         return getattr(forward_batch, "attn_backend", None) or self.attn_backend
 
     def publish_config(self, case, device: str) -> Any:
