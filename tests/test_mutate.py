@@ -104,15 +104,23 @@ def _mutate(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_unreached_mutants_are_judged_without_a_run_and_a_rerun_skips_them(tmp_path):
+KWARGS_FILE = "multimodal_gen/runtime/utils/torch_compile.py"
+
+
+def _campaign(report_dir: Path, lines: list[int]) -> None:
+    """What a gate campaign leaves for `mutate`: its records and its coverage data (`lines` of the kwargs file)."""
     import coverage
 
     sglang = Path(require_sglang())
-    (tmp_path / "examples.jsonl").write_text(json.dumps({"sglang_path": str(sglang), "run_id": "r1", "suite": "x"})
-                                             + "\n")
-    data = coverage.CoverageData(basename=str(tmp_path / DATA))
-    data.add_lines({str(sglang / "multimodal_gen/runtime/utils/torch_compile.py"): [1]})  # nothing in the function
+    (report_dir / "examples.jsonl").write_text(json.dumps({"sglang_path": str(sglang), "run_id": "r1",
+                                                           "suite": "x"}) + "\n")
+    data = coverage.CoverageData(basename=str(report_dir / DATA))
+    data.add_lines({str(sglang / KWARGS_FILE): lines})
     data.write()
+
+
+def test_unreached_mutants_are_judged_without_a_run_and_a_rerun_skips_them(tmp_path):
+    _campaign(tmp_path, [1])  # nothing inside the function ran
     args = ("--functions", "build_torch_compile_kwargs", "--count", "5", "--seed", "1", "--report-dir", str(tmp_path))
     done = _mutate(*args)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -123,6 +131,15 @@ def test_unreached_mutants_are_judged_without_a_run_and_a_rerun_skips_them(tmp_p
     again = _mutate(*args)
     assert "5 judged before, 0 to judge" in again.stdout, again.stdout
     assert len((tmp_path / "mutants.jsonl").read_text().splitlines()) == 5
+
+
+def test_no_mutant_starts_once_the_budget_is_spent(tmp_path):
+    _campaign(tmp_path, list(range(1, 1 + len((Path(require_sglang()) / KWARGS_FILE).read_text().splitlines()))))
+    done = _mutate("--functions", "build_torch_compile_kwargs", "--count", "3", "--budget", "0",
+                   "--report-dir", str(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "budget of 0 s spent" in done.stdout, done.stdout
+    assert not (tmp_path / "mutants.jsonl").exists()
 
 
 @pytest.mark.parametrize("args, message", [
