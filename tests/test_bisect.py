@@ -100,3 +100,32 @@ def test_bisect_bad_input_is_a_clear_message_and_leaves_the_checkout_alone(case,
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert message in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+# A script of the shape `python -m harness repro` writes (exit 1 and "reproduced: ..." when the failure shows),
+# here around the static by-value-import oracle, so each step costs one scan.
+REPRO_SCRIPT = '''import sys
+sys.path.insert(0, {root!r})
+from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
+
+try:
+    assert_no_by_value_imports_of_rebound_names()
+except AssertionError as failure:
+    print(f"reproduced: {{failure}}")
+    sys.exit(1)
+print("did not reproduce: every oracle passed")
+'''
+
+
+def test_bisect_with_a_repro_script_names_the_same_commit(history, tmp_path):
+    repo, commits = history
+    script = tmp_path / "repro_bug1.py"
+    script.write_text(REPRO_SCRIPT.format(root=str(REPO_ROOT)))
+    before = _state(repo)
+    done = subprocess.run([sys.executable, "-m", "harness", "bisect", "--tree", str(repo), "--good", commits["fixed"],
+                           "--bad", commits["after"], "--repro", str(script), "--report-dir", str(tmp_path / "r")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200)
+    assert _state(repo) == before
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"first bad commit: {commits['bug1'][:10]}" in done.stdout, done.stdout[-3000:]
+    assert "reproduced:" in done.stdout
