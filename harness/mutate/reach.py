@@ -27,11 +27,15 @@ def campaign_sglang(report_dir: Path) -> Optional[str]:
 
 
 def ensure_campaign(report_dir: Path, sglang_dir: Path, sglang_root: Optional[Path]) -> None:
-    """Run the gate campaign (coverage on) into `report_dir` unless one against `sglang_dir` is there already;
+    """Run the gate campaign (coverage on) into `report_dir` unless one against `sglang_dir` is there already (one
+    of another SGLang there is a usage error: its coverage says nothing of this one's lines);
     `sglang_root`: the folder holding a source tree's `sglang`, imported ahead of the installed one."""
     found = campaign_sglang(report_dir)
     if found and Path(found).resolve() == sglang_dir.resolve():
         return
+    if found:
+        raise HarnessError(f"{report_dir} holds a campaign of the SGLang at {found}, not {sglang_dir}: pass another "
+                           "--report-dir")
     paths = ([str(sglang_root)] if sglang_root else []) + [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths).rstrip(os.pathsep))
     print(f"[mutate] no campaign coverage for {sglang_dir} in {report_dir}: running the gate campaign first")
