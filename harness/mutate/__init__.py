@@ -68,8 +68,9 @@ def mutate(request: Request) -> list[dict]:
         with lock:
             records.write_to(out, row)
             done[row["id"]] = row
-            print(f"[mutate] {len(done)}/{len(drawn)} {row['verdict']:<9} {row['file']}:{row['line']} "
-                  f"{row['operator']} ({row.get('oracle') or ''} {row.get('seconds', 0)} s)", flush=True)
+            judged = sum(m.id in done for m in drawn)
+            print(f"[mutate] {judged}/{len(drawn)} {row['verdict']:<9} {row['file']}:{row['line']} {row['operator']}"
+                  f" ({row.get('oracle') or ''} {row.get('seconds', 0)} s)", flush=True)
 
     runnable = []
     for mutant in todo:
