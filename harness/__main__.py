@@ -1,4 +1,4 @@
-"""Command line: `python -m harness campaign|selftest|targets [...]` (README has the details).
+"""Command line: `python -m harness campaign|gate|selftest|targets|repro|mutate|bisect [...]` (README has the details).
 
 Anything after the known options goes to pytest unchanged (e.g. `-k decode`, `-n 2`, `--hypothesis-seed 7`).
 """
@@ -41,22 +41,11 @@ def campaign(options, extra: list[str]) -> int:
     return code
 
 
-def source_root(path: str) -> Path:
-    """The folder holding the `sglang` package of a source checkout (PATH/python or PATH itself)."""
-    tree = Path(path).resolve()
-    for root in (tree / "python", tree):
-        if (root / "sglang" / "__init__.py").exists():
-            return root
-    from harness.errors import HarnessError
-
-    raise HarnessError(f"{path} is not an SGLang source tree: neither {tree / 'python' / 'sglang'} nor "
-                     f"{tree / 'sglang'} holds an __init__.py. Pass the root of a checkout of SGLang.")
-
-
 def gate(options, extra: list[str]) -> int:
     """Pre-merge gate: the gate profile of every suite against a source tree, imported ahead of the installed
     SGLang (its pure-Python changes need no install); JUnit XML for the CI system; non-zero on any failure."""
     from harness.errors import HarnessError
+    from harness.source_tree import source_root
 
     try:
         root = source_root(options.tree)
@@ -115,6 +104,78 @@ def repro(options, extra: list[str]) -> int:
         return 2
 
 
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the seed must be a whole number (e.g. --seed 0), not {text!r}") from None
+
+
+def mutate(options, extra: list[str]) -> int:
+    """Mutants of the targeted functions, judged by the suites that drive them; the report and the HTML page."""
+    from harness.errors import HarnessError
+    from harness.mutate import Request, mutate as run_mutate
+    from harness.mutate.targets import narrow, targeted_functions
+    from harness.source_tree import source_root
+    from harness.versions import require_sglang
+
+    try:
+        root = source_root(options.tree) if options.tree else None
+        sglang_dir = root / "sglang" if root else Path(require_sglang())
+        if options.list:
+            for target in narrow(targeted_functions(sglang_dir), options.functions):
+                print(f"{target.file}::{target.function}")
+            return 0
+        report_dir = Path(options.report_dir)
+        rows = run_mutate(Request(sglang_dir, root, report_dir, options.count, options.seed, options.functions,
+                                  options.workers, options.budget, options.timeout))
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from reports.html import render
+    from reports.summary import load
+
+    campaign = load(report_dir, "examples")
+    page = render(report_dir, campaign[0]["run_id"]) if campaign else None
+    print(f"[harness] mutate: {len(rows)} judged; records {report_dir / 'mutants.jsonl'}, report "
+          f"{report_dir / 'mutate.md'}" + (f", HTML {page}" if page else ""))
+    return 0
+
+
+def bisect(options, extra: list[str]) -> int:
+    """The first commit of a git checkout where a test (or a repro script) fails; the checkout is only read."""
+    from harness.bisect import Request, bisect as run_bisect
+    from harness.errors import HarnessError
+    from harness.releases import release_python
+
+    python = options.python or sys.executable
+    if python[:1].isdigit():  # a release: its environment (e.g. 0.5.14, which pins torch 2.11 as main did)
+        python = str(release_python(python))
+    started = time.monotonic()
+    try:
+        if not Path(python).exists():
+            raise HarnessError(f"--python {options.python}: no interpreter at {python}")
+        if options.repro and not Path(options.repro).is_file():
+            raise HarnessError(f"--repro {options.repro}: no such file (give the script `python -m harness repro` "
+                               "wrote)")
+        candidates, steps = run_bisect(Request(options.tree, options.good, options.bad, options.test,
+                                               options.repro and str(Path(options.repro).resolve()), python,
+                                               Path(options.report_dir), options.timeout, tuple(extra)))
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    wall = time.monotonic() - started
+    print(f"\n[harness] bisect: {len(steps)} steps, {wall:.0f} s in all "
+          f"({sum(s.seconds for s in steps) / max(1, len(steps)):.0f} s a step)")
+    for done in steps:
+        print(f"  {done.line()}")
+    if len(candidates) == 1:
+        print(f"first bad commit: {candidates[0]}")
+        return 0
+    print("skipped commits leave the first bad commit among:\n" + "\n".join(f"  {c}" for c in candidates))
+    return 3
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.profiles import PROFILES
     from harness.devices import DEVICES
@@ -143,6 +204,33 @@ def main(argv: list[str] | None = None) -> int:
     again.add_argument("--budget", type=float, default=300.0, help="seconds to search (default 300)")
     again.add_argument("--out", default="reports/repro", help="where the standalone script goes")
     again.set_defaults(handler=repro)
+    change = commands.add_parser("mutate", help="mutants of SGLang's targeted functions: which does no check kill?")
+    change.add_argument("--count", type=int, default=None, help="mutants to draw (default: all)")
+    change.add_argument("--seed", type=_seed, default=0, help="which mutants are drawn (default 0)")
+    change.add_argument("--functions", nargs="+", default=(), metavar="NAME",
+                        help="only these targeted functions (`function`, `Class.method` or `Class`)")
+    change.add_argument("-n", dest="workers", type=int, default=1, help="mutants judged at a time (default 1)")
+    change.add_argument("--budget", type=float, default=None, help="seconds after which no new mutant starts")
+    change.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds one mutant's suite may run before it is judged timed out (default 600)")
+    change.add_argument("--tree", default=None, help="an SGLang checkout to mutate (default: the installed one)")
+    change.add_argument("--report-dir", default="reports/mutate",
+                        help="the gate campaign (coverage), mutants.jsonl, mutate.md, report.html")
+    change.add_argument("--list", action="store_true", help="list the targeted functions and stop")
+    change.set_defaults(handler=mutate)
+    search = commands.add_parser("bisect", help="the first commit of an SGLang checkout where a test fails")
+    search.add_argument("--tree", required=True, help="a git checkout of SGLang (only read: never checked out)")
+    search.add_argument("--good", required=True, help="a revision where the test passes")
+    search.add_argument("--bad", required=True, help="a later revision where it fails")
+    which = search.add_mutually_exclusive_group(required=True)
+    which.add_argument("--test", help="a pytest node id of the harness, e.g. suites/regressions/test_x.py")
+    which.add_argument("--repro", help="a standalone script written by `python -m harness repro`")
+    search.add_argument("--python", default=None,
+                        help="the interpreter whose environment runs each step, or a release (e.g. 0.5.14) for its "
+                             "environment under HARNESS_RELEASE_ENVS (default: this one)")
+    search.add_argument("--timeout", type=float, default=1200.0, help="seconds one step may run (default 1200)")
+    search.add_argument("--report-dir", default="reports/bisect", help="bisect.jsonl and each step's records")
+    search.set_defaults(handler=bisect)
     options, extra = parser.parse_known_args(argv)
     return options.handler(options, extra)
 

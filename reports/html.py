@@ -89,6 +89,46 @@ def picture(suite: str, rows: list[dict]) -> str:
     return caption + "".join(parts)
 
 
+MUTANT_COLOURS = {"killed": "#2e7d32", "survived": "#c62828", "timed out": "#ef6c00", "unreached": "#9e9e9e"}
+
+
+def mutants_section(rows: list[dict]) -> str:
+    """`python -m harness mutate`'s verdicts: targeted functions as rows, one square per mutant in line order,
+    coloured killed / survived / timed out / unreached; then each survivor, original and mutated side by side."""
+    if not rows:
+        return ""
+    by_function: dict[str, list[dict]] = collections.defaultdict(list)
+    for row in rows:
+        by_function[f"{row['file'].rsplit('/', 1)[-1]}::{row['function']}"].append(row)
+    names = sorted(by_function)
+    size, left, top = 14, 8 + 7 * max(len(n) for n in names), 8
+    wide = max(len(v) for v in by_function.values())
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + size * wide + 20}" '
+             f'height="{top + size * len(names) + 10}" font-family="monospace" font-size="11">']
+    for j, name in enumerate(names):
+        parts.append(f'<text x="{left - 6}" y="{top + j * size + size - 3}" text-anchor="end">'
+                     f'{html.escape(name)}</text>')
+        for i, row in enumerate(sorted(by_function[name], key=lambda r: r["line"])):
+            title = f"{row['file']}:{row['line']} {row['operator']}: {row['verdict']} {row.get('oracle') or ''}"
+            colour = MUTANT_COLOURS.get(row["verdict"], "#000")
+            parts.append(f'<rect x="{left + i * size}" y="{top + j * size}" width="{size - 2}" height="{size - 2}" '
+                         f'fill="{colour}"><title>{html.escape(title)}</title></rect>')
+    parts.append("</svg>")
+    counts = collections.Counter(row["verdict"] for row in rows)
+    legend = ", ".join(f"<span style='color:{c}'>&#9632;</span> {v} {counts[v]}" for v, c in MUTANT_COLOURS.items())
+    out = [f"<h2>Mutants</h2><p>{len(rows)} mutants of the targeted functions (rows), one square each in line order: "
+           f"{legend}. Hover a square for its line, change and the oracle that killed it.</p>",
+           "<div class='pic'>", *parts, "</div>"]
+    survivors = sorted((r for r in rows if r["verdict"] == "survived"), key=lambda r: (r["file"], r["line"]))
+    if survivors:
+        out.append("<table><tr><th>survivor</th><th>original</th><th>mutated</th></tr>")
+        out += [f"<tr><td class='l'>{html.escape(r['file'])}:{r['line']} [{html.escape(r['operator'])}]</td>"
+                f"<td class='l'><code>{html.escape(r['original'])}</code></td>"
+                f"<td class='l'><code>{html.escape(r['mutated'])}</code></td></tr>" for r in survivors]
+        out.append("</table>")
+    return "".join(out)
+
+
 def render(report_dir: Path, run_id: str) -> Path | None:
     examples = load(report_dir, "examples", run_id)
     failures = load(report_dir, "failures", run_id)
@@ -122,6 +162,7 @@ def render(report_dir: Path, run_id: str) -> Path | None:
     out.append("</table>")
     for suite, rows in sorted(by_suite.items()):
         out.append(f"<h2>What {html.escape(suite)} explored</h2><div class='pic'>{picture(suite, rows)}</div>")
+    out.append(mutants_section(load(report_dir, "mutants")))
     if failures:
         out.append("<h2>Failures</h2>")
     for row in failures:

@@ -180,7 +180,8 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
     )
     return SimpleNamespace(
         device=device, gpu_id=0, model=model, model_config=model_config, server_args=server_args,
-        dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend_group=[attn_backend],
+        dtype=torch.float32, attn_backend=attn_backend,
+        decode_attn_backend_group=[],  # what SGLang's model runner builds without pdmux (members only under it)
         req_to_token_pool=SimpleNamespace(size=max_running_requests), lora_manager=lora_manager,
         ngram_embedding_manager=SimpleNamespace(enabled=False, table=None),
         use_ngram_embedding=False,  # up to 0.5.1x (0.5.2x: ngram_embedding_manager)

@@ -11,6 +11,7 @@ SGLang's constructor runs); `sgl_kernel` is imported unconditionally (the device
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from types import SimpleNamespace
 from typing import Any, Optional
 from unittest import mock
@@ -49,10 +50,6 @@ def attention_backend_class():
     return DecodeAttentionDoublePre14
 
 
-def _attn_backend_of_batch(forward_batch):
-    return forward_batch.attn_backend
-
-
 def _no_lora_variant():
     return None  # these releases capture one graph per size, always with the LoRA step
 
@@ -61,8 +58,19 @@ class Target(DecodeTarget):
     attention_backend_class = staticmethod(attention_backend_class)
 
     def __init__(self, *args, **kwargs) -> None:
-        bind_sglang_hooks(attn_backend=_attn_backend_of_batch, lora_variant=_no_lora_variant)
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+        self.batch_holds_backend = "attn_backend" in {f.name for f in dataclasses.fields(ForwardBatch)}
+        bind_sglang_hooks(attn_backend=self._attn_backend_of_batch, lora_variant=_no_lora_variant)
         super().__init__(*args, **kwargs)
+
+    def _attn_backend_of_batch(self, forward_batch):
+        """The releases bind it on the batch (a ForwardBatch field); main's trees between them and the 0.5.14
+        refactor (this runner module, no such field) publish it only in SGLang's forward context, which a replay
+        does not enter: there, the one the harness set for an eager run, else the runner's, captured with."""
+        if self.batch_holds_backend:  # decided before any trace: Dynamo cannot trace dataclasses.fields
+            return forward_batch.attn_backend
+        return getattr(forward_batch, "attn_backend", None) or self.attn_backend
 
     def publish_config(self, case, device: str) -> Any:
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
