@@ -122,13 +122,18 @@ def batches(draw, num_tokens: int, forward_mode, global_forward_mode, *, decodin
 GRAPH_MODE_NAMES = ("EXTEND", "MIXED")  # what an EXTEND capture replays (the runner maps MIXED to EXTEND)
 
 
+def graph_modes() -> st.SearchStrategy:
+    """EXTEND or MIXED, the local modes a prefill graph serves (narrowed by repro to the reported one)."""
+    modes = [_mode(name) for name in GRAPH_MODE_NAMES]
+    return narrow("forward_mode", st.sampled_from(modes), domain=modes)
+
+
 @st.composite
 def graph_bound_batches(draw, grid: tuple[int, ...]) -> Batch:
     """A batch the prefill graph is for: forward_mode and global_forward_mode each EXTEND or MIXED, drawn
     independently; a token count on, between or beyond the grid; chunked and decoding requests."""
     num_tokens = draw(replay_num_tokens(grid))
-    graph_modes = [_mode(name) for name in GRAPH_MODE_NAMES]
-    local = draw(narrow("forward_mode", st.sampled_from(graph_modes), domain=graph_modes))
+    local = draw(graph_modes())
     batch_wide = draw(st.sampled_from(GRAPH_MODE_NAMES).map(_mode))
     return draw(batches(num_tokens, local, batch_wide))
 

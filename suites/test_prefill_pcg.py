@@ -104,22 +104,14 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
 # Pinned: known bug 2's trigger, a mixed batch (a decoding request beside a prefill chunk) in MIXED mode.
 @explicit(data=None)
 def test_piecewise_forward_modes(data):
-    """Every forward mode the runner may receive. Graph-bound batches carry EXTEND/MIXED in each field
-    independently; every other local mode must take SGLang's eager path or raise SGLang's own error."""
+    """Graph-bound batches: EXTEND/MIXED in forward_mode and global_forward_mode independently, every size on,
+    between and beyond the grid. The modes the runner refuses are explicit examples
+    (test_refused_forward_mode_takes_sglang_path), so the drawn budget goes where the graphs replay."""
     if data is None:
         batch = Batch((Request(1, (3, 5, 7)), Request(2, (4,), prefix=2, history=(1, 2))),
                       _mode("MIXED"), _mode("MIXED"))
     else:
-        # Modes this configuration's scheduler never hands the runner (SPECULATIVE_OR_DLLM; on
-        # <= 0.5.13 the speculative modes too): see test_findings_*.
-        unproduced = _layout().unproduced_modes
-        local = data.draw(draw.forward_modes().filter(lambda m: m.name not in unproduced), label="forward_mode")
-        if local.name in GRAPH_MODES:
-            batch_wide = data.draw(st.sampled_from(GRAPH_MODES).map(_mode), label="global_forward_mode")
-        else:
-            batch_wide = data.draw(draw.global_forward_modes(), label="global_forward_mode")
-        num_tokens = data.draw(draw.replay_num_tokens(GRID), label="num_tokens")
-        batch = data.draw(draw.batches(num_tokens, local, batch_wide), label="batch")
+        batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
     with example("prefill_pcg", capture_tokens=GRID, compiler="eager", backend="tc_piecewise",
                  **draw.describe(batch)) as ex:
         run_example(ex, PrefillSession.get(TC_CASE), batch)
@@ -135,20 +127,34 @@ def test_piecewise_capture_grid_and_replay(case, data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+def refused_batch(mode: str) -> Batch:
+    """A small batch in `mode`: none for IDLE, a prefill beside a decoding request for the extend family, one
+    decoding request otherwise."""
+    local = _mode(mode)
+    if mode == "IDLE":
+        return Batch((), local, _mode("EXTEND"))
+    if local.is_extend():
+        return Batch((Request(1, (3, 5)), Request(2, (4,), prefix=2, history=(1, 2))), local, _mode("EXTEND"))
+    return Batch((Request(1, (4,), prefix=2, history=(1, 2)),), local, _mode("EXTEND"))
+
+
+@pytest.mark.parametrize("backend", prefill.BACKENDS)
 @pytest.mark.parametrize("mode", REFUSED)
-def test_refused_forward_mode_takes_sglang_path(mode):
-    """Bad input: a mode the runner has no graph for ends in SGLang's eager runner or SGLang's own error."""
+def test_refused_forward_mode_takes_sglang_path(mode, backend):
+    """Bad input: a mode the runner has no graph for ends in SGLang's eager runner or SGLang's own error, on every
+    backend (explicit examples: drawing them spent a third of the gate on SGLang saying no)."""
     layout = _layout()
     if mode not in layout.refused_modes:
         pytest.skip(f"SGLang {sglang_version()} ({layout.name}): the runner does not refuse {mode}; this "
                     f"configuration never hands it one (layout.unproduced_modes)")
-    local = _mode(mode)
-    batch = Batch(() if mode == "IDLE" else (
-        (Request(1, (3, 5)), Request(2, (4,), prefix=2, history=(1, 2))) if local.is_extend()
-        else (Request(1, (4,), prefix=2, history=(1, 2)),)), local, _mode("EXTEND"))
-    with example("prefill_pcg", capture_tokens=GRID, compiler="eager", backend="tc_piecewise",
+    gap = layout.backend_gap(backend, PrefillSession.device)
+    if gap:
+        pytest.skip(gap)
+    case = TC_CASE if backend == "tc_piecewise" else PrefillCase(backend=backend, capture_tokens=GRID)
+    batch = refused_batch(mode)
+    with example("prefill_pcg", capture_tokens=GRID, compiler=case.compiler, backend=backend,
                  **draw.describe(batch)) as ex:
-        outcome = run_example(ex, PrefillSession.get(TC_CASE), batch)
+        outcome = run_example(ex, PrefillSession.get(case), batch)
         assert outcome.path in ("eager", "sglang-error"), f"{mode} replayed the prefill graph"
 
 
@@ -184,13 +190,13 @@ def replay_case(drawn: dict) -> None:
 @given(data=st.data())
 def test_live_backends(backend, data):
     """breakable and full, chosen through the config as a server would; no torch.compile, so global_forward_mode
-    is drawn from every mode and None."""
+    is drawn from every mode and None (forward_mode EXTEND/MIXED: the refused ones are explicit examples)."""
     gap = _layout().backend_gap(backend, PrefillSession.device)
     if gap:
         pytest.skip(gap)
     grid = data.draw(draw.capture_grids(max_size=3), label="capture_tokens")
     case = PrefillCase(backend=backend, capture_tokens=grid)
-    local = data.draw(draw.forward_modes(), label="forward_mode")
+    local = data.draw(draw.graph_modes(), label="forward_mode")
     num_tokens = data.draw(draw.replay_num_tokens(grid), label="num_tokens")
     batch = data.draw(draw.batches(num_tokens, local, data.draw(draw.global_forward_modes())), label="batch")
     with example("prefill_pcg", capture_tokens=grid, backend=backend, **draw.describe(batch)) as ex:
