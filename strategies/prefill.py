@@ -3,6 +3,8 @@ requests, mixed batches with decoding requests), the batch's forward_mode and gl
 independently, and the compiler of the pieces."""
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from harness.conditions import narrow
@@ -138,14 +140,38 @@ def graph_bound_batches(draw, grid: tuple[int, ...]) -> Batch:
     return draw(batches(num_tokens, local, batch_wide))
 
 
+HIDDEN_MODES = ("NULL", "LAST", "FULL")  # CaptureHiddenMode names
+
+
+@st.composite
+def model_input_batches(draw, grid: tuple[int, ...]) -> Batch:
+    """A graph-bound batch as a multimodal server and its callers make it: per-request mRoPE shifts, now and then
+    a fresh image request bringing its own embeddings, a hidden-state mode or return_logprob (the last three are
+    what the graphs cannot serve: a few of each, not a third of the budget)."""
+    batch = draw(graph_bound_batches(grid))
+    requests = []
+    for request in batch.requests:
+        delta = tuple(draw(st.lists(st.integers(0, 5), min_size=3, max_size=3)))
+        embeds = None
+        if request.prefix == 0 and draw(st.integers(0, 7)) == 0:
+            embeds = tuple(tuple(draw(st.lists(TOKEN_IDS, min_size=2, max_size=2))) for _ in request.tokens)
+        requests.append(dataclasses.replace(request, embeds=embeds, mrope_delta=delta))
+    hidden = draw(st.sampled_from(HIDDEN_MODES[1:])) if draw(st.integers(0, 7)) == 0 else "NULL"
+    return dataclasses.replace(batch, requests=tuple(requests), capture_hidden_mode=hidden,
+                               return_logprob=draw(st.integers(0, 7)) == 0)
+
+
 def describe(batch: Batch) -> dict:
     """Drawn values of a batch for the record."""
     return {
         "forward_mode": batch.forward_mode.name,
         "global_forward_mode": getattr(batch.global_forward_mode, "name", None),
         "num_tokens": batch.num_tokens,
+        "capture_hidden_mode": batch.capture_hidden_mode,
+        "return_logprob": batch.return_logprob,
         "requests": [{"row": r.row, "new": len(r.tokens), "prefix": r.prefix, "tokens": list(r.tokens),
-                      "history": list(r.history)} for r in batch.requests],
+                      "history": list(r.history), "embeds": r.embeds and [list(e) for e in r.embeds],
+                      "mrope_delta": list(r.mrope_delta)} for r in batch.requests],
     }
 
 
@@ -157,6 +183,11 @@ def batch_from_drawn(drawn: dict) -> Batch:
         new, prefix = int(request["new"]), int(request.get("prefix", 0))
         tokens = tuple(request.get("tokens") or [(index + offset) % 10 for offset in range(new)])
         history = tuple(request.get("history") or [(index + offset) % 10 for offset in range(prefix)])
-        requests.append(Request(int(request["row"]), tokens, prefix=prefix, history=history))
+        embeds = request.get("embeds")
+        requests.append(Request(int(request["row"]), tokens, prefix=prefix, history=history,
+                                embeds=embeds and tuple(tuple(e) for e in embeds),
+                                mrope_delta=tuple(request.get("mrope_delta") or (0, 0, 0))))
     global_mode = drawn.get("global_forward_mode")
-    return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None)
+    return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None,
+                 capture_hidden_mode=drawn.get("capture_hidden_mode") or "NULL",
+                 return_logprob=bool(drawn.get("return_logprob")))

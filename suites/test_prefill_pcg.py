@@ -99,7 +99,7 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
 
 
 # -- the torch.compile piecewise path --------------------------------------------------------------------------
-@suite_settings(gate_examples=200, shrink_in_gate=False)
+@suite_settings(gate_examples=160, shrink_in_gate=False)
 @given(data=st.data())
 # Pinned: known bug 2's trigger, a mixed batch (a decoding request beside a prefill chunk) in MIXED mode.
 @explicit(data=None)
@@ -169,13 +169,31 @@ def test_piecewise_inductor_pieces(data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@pytest.mark.parametrize("backend", prefill.BACKENDS)
+@suite_settings(gate_examples=15, shrink_in_gate=False)
+@given(data=st.data())
+def test_multimodal_inputs(backend, data):
+    """A VLM on each backend: mRoPE positions ([3, T]), embeddings handed to the language model (the input_embeds
+    slot), per-request shifts that change between replays; image requests, hidden-state modes and logprobs the
+    graphs cannot serve must fall back to eager (admission), the rest replay with this batch's own values."""
+    layout = _layout()
+    gap = layout.backend_gap(backend, PrefillSession.device) or layout.multimodal_gap()
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend=backend, capture_tokens=GRID, multimodal=True)
+    batch = data.draw(draw.model_input_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=backend, multimodal=True,
+                 **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 def replay_case(drawn: dict) -> None:
     """One recorded example (the `drawn` dict `harness.record.example` wrote), without Hypothesis or pytest: what
     repro scripts and pinned regressions call. Raises the oracle's failure (an AssertionError) when it fails."""
     prefill.load()  # before SGLang is imported (older releases need the device layer's stand-ins)
     case = PrefillCase(backend=drawn.get("backend") or "tc_piecewise",
                        capture_tokens=tuple(drawn.get("capture_tokens") or GRID),
-                       compiler=drawn.get("compiler") or "eager")
+                       compiler=drawn.get("compiler") or "eager", multimodal=bool(drawn.get("multimodal")))
     batch = draw.batch_from_drawn(drawn)
     try:
         with example("prefill_pcg_replay", **drawn) as ex:

@@ -23,7 +23,7 @@ import torch
 
 from harness.counter import counter
 from harness.devices import get_device
-from harness.models.prefill_model import NUM_LAYERS, reference_logits
+from harness.models.prefill_model import NUM_LAYERS, initial_hidden, reference_logits
 from harness.oracles import OracleFailure
 from harness.oracles.capture_stream import CaptureStreamWatcher
 from harness.oracles.eager import assert_matches_eager
@@ -31,10 +31,12 @@ from harness.oracles.graph_replay import ORACLE as GRAPH_REPLAY, check_eager_for
 from harness.oracles.process_state import check_at_rest
 from harness.oracles.recompile import RecompileWatcher
 from harness.targets import prefill
+from harness.targets.prefill.admission import must_run_eager
 from harness.targets.prefill.base import Batch, PrefillCase, Request
 
 # Modes whose graph replay must equal an EXTEND capture (the runner normalises MIXED to EXTEND).
 GRAPH_MODES = ("EXTEND", "MIXED")
+ADMISSION = "admission"
 
 
 def expected_capture(case: PrefillCase) -> tuple[list[int], int]:
@@ -133,7 +135,7 @@ class PrefillSession:
         (the model writes its own KV for those tokens, as the chunk before did)."""
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-        earlier = tuple(Request(r.row, r.history) for r in batch.requests if r.prefix)
+        earlier = tuple(Request(r.row, r.history, mrope_delta=r.mrope_delta) for r in batch.requests if r.prefix)
         if earlier:
             self.target.eager(Batch(earlier, ForwardMode.EXTEND, ForwardMode.EXTEND))
 
@@ -162,6 +164,11 @@ class PrefillSession:
                 logits, graph_path, _ = self.target.forward(batch)
         except Exception as error:  # noqa: BLE001 - classified below
             self._check_watchers(batch)
+            refused = must_run_eager(self.case, batch) if mode in GRAPH_MODES else None
+            if refused:
+                raise OracleFailure(ADMISSION, f"SGLang raised {type(error).__name__}: {str(error)[:200]} for a "
+                                    f"{mode} batch its admission must send to eager: {refused}",
+                                    **self._batch_details(batch)) from error
             return Outcome("sglang-error", error=error, replay=replay_delta(counter.since(mark)))
         delta = replay_delta(counter.since(mark))
         outcome = Outcome("graph" if graph_path else "eager", logits=logits, replay=delta)
@@ -171,6 +178,10 @@ class PrefillSession:
         context = (f"forward_mode={mode}, global_forward_mode="
                    f"{getattr(batch.global_forward_mode, 'name', None)}, tokens={batch.num_tokens}")
         self._check_watchers(batch)
+        refused = must_run_eager(self.case, batch) if graph_path else None
+        if refused:
+            raise OracleFailure(ADMISSION, f"the {mode} batch replayed the prefill graphs, but {refused}: "
+                                "can_run_graph must send it to eager", **self._batch_details(batch))
         if graph_path:
             check_graph_forward(delta, self.graphs_per_shape, context=context)
         else:
@@ -179,10 +190,17 @@ class PrefillSession:
             exact = self.case.backend != "tc_piecewise" or self.case.compiler == "eager"
             assert_matches_eager(logits, expected, exact=exact)
             if batch.forward_mode.is_extend() or batch.forward_mode.is_decode():
-                by_hand = torch.tensor(reference_logits(
-                    [(r.history + r.tokens, r.prefix) for r in batch.requests]), dtype=logits.dtype)
+                mrope = self.case.multimodal
+                by_hand = torch.tensor(reference_logits([initial_hidden(
+                    r.history + r.tokens, r.embeds, r.mrope_delta if mrope else None) for r in batch.requests]), dtype=logits.dtype)
                 assert_matches_eager(expected, by_hand)
         return outcome
+
+    @staticmethod
+    def _batch_details(batch: Batch) -> dict:
+        return dict(num_tokens=batch.num_tokens, requests=len(batch.requests),
+                    input_embeds=any(r.embeds is not None for r in batch.requests),
+                    capture_hidden_mode=batch.capture_hidden_mode, return_logprob=batch.return_logprob)
 
     def _check_watchers(self, batch: Batch) -> None:
         context = (f"forward_mode={batch.forward_mode.name}, global_forward_mode="

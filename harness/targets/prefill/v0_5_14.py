@@ -107,7 +107,7 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
                                 max_source_positions=0)
     model_config = SimpleNamespace(
         is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32, hf_config=hf_config,
-        hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1], is_multimodal=False,
+        hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1], is_multimodal=case.multimodal,
         hc_hidden_size=None, num_hidden_layers=NUM_LAYERS)
     pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0)
     attributes = dict(
@@ -135,7 +135,7 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
     attributes["tp_group"] = parallel_state.get_tp_group()  # read off the runner up to 0.5.19
     # Plain attributes up to 0.5.1x that later releases derive (properties there): set only where the class
     # does not define them.
-    for name, value in dict(is_multimodal=False, is_hybrid_swa=False, is_hybrid=False, tp_size=1, tp_rank=0,
+    for name, value in dict(is_multimodal=case.multimodal, is_hybrid_swa=False, is_hybrid=False, tp_size=1, tp_rank=0,
                             pp_size=1, dp_size=1, moe_ep_rank=0, moe_ep_size=1, page_size=1,
                             token_to_kv_pool_allocator=None, forward_pass_id=0, eplb_manager=None,
                             graph_runner=None, piecewise_cuda_graph_runner=None).items():
@@ -181,7 +181,7 @@ class Target(PrefillTarget):
         self.server_args = publish_config(case, device)
         ensure_tp_group()
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
-        self.model = PrefillForCausalLM().to(device)
+        self.model = PrefillForCausalLM(multimodal=case.multimodal).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
@@ -214,8 +214,17 @@ class Target(PrefillTarget):
                         "device does not stand in for those, so this backend needs a GPU here")
         return None
 
+    @classmethod
+    def multimodal_gap(cls) -> Optional[str]:
+        """Multimodal replay (the input_embeds slot refreshed from the live embeddings) arrived after 0.5.14."""
+        runner = load(RUNNER_MODULE, "PrefillCudaGraphRunner")
+        if not hasattr(runner, "_fill_input_embeds_slot"):
+            return (f"SGLang {sglang_version()}: PrefillCudaGraphRunner has no _fill_input_embeds_slot (multimodal "
+                    "prefill replay)")
+        return None
+
     def _forward_batch(self, batch: Batch):
-        return build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator)
+        return build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator, mrope=self.case.multimodal)
 
     def forward(self, batch: Batch):
         forward_batch = self._forward_batch(batch)
@@ -226,7 +235,8 @@ class Target(PrefillTarget):
         forward_batch = self._forward_batch(batch)
         self.attn_backend.init_forward_metadata(forward_batch)
         with forward_context(self.attn_backend, forward_batch):
-            return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch).next_token_logits
+            return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch,
+                              input_embeds=forward_batch.input_embeds).next_token_logits
 
     def can_run_graph(self, batch: Batch) -> bool:
         return bool(self.runner.can_run_graph(self._forward_batch(batch)))
