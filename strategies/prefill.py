@@ -47,15 +47,15 @@ def cases(backend: str = "tc_piecewise", *, grids=None, inductor: bool = False) 
                      max_context=st.just(MAX_CONTEXT))
 
 
-def replay_num_tokens(grid: tuple[int, ...]) -> st.SearchStrategy[int]:
-    """A token count on the grid, strictly between two grid values (or below the smallest), or beyond it;
-    narrowed by `python -m harness repro` to a reported count ("num_tokens") when the harness can build it."""
-    return narrow("num_tokens", _replay_num_tokens(grid), domain=range(1, MAX_CONTEXT))
+def replay_num_tokens(grid: tuple[int, ...], beyond: bool = True) -> st.SearchStrategy[int]:
+    """A token count on the grid, strictly between two grid values (or below the smallest), or (`beyond`) beyond
+    it; narrowed by `python -m harness repro` to a reported count ("num_tokens") when the harness can build it."""
+    return narrow("num_tokens", _replay_num_tokens(grid, beyond), domain=range(1, MAX_CONTEXT))
 
 
 @st.composite
-def _replay_num_tokens(draw, grid: tuple[int, ...]) -> int:
-    where = draw(st.sampled_from(("on", "between", "beyond")))
+def _replay_num_tokens(draw, grid: tuple[int, ...], beyond: bool) -> int:
+    where = draw(st.sampled_from(("on", "between", "beyond") if beyond else ("on", "between")))
     if where == "on":
         return draw(st.sampled_from(grid))
     if where == "between":
@@ -131,10 +131,10 @@ def graph_modes() -> st.SearchStrategy:
 
 
 @st.composite
-def graph_bound_batches(draw, grid: tuple[int, ...]) -> Batch:
+def graph_bound_batches(draw, grid: tuple[int, ...], beyond: bool = True) -> Batch:
     """A batch the prefill graph is for: forward_mode and global_forward_mode each EXTEND or MIXED, drawn
-    independently; a token count on, between or beyond the grid; chunked and decoding requests."""
-    num_tokens = draw(replay_num_tokens(grid))
+    independently; a token count on, between or (`beyond`) beyond the grid; chunked and decoding requests."""
+    num_tokens = draw(replay_num_tokens(grid, beyond))
     local = draw(graph_modes())
     batch_wide = draw(st.sampled_from(GRAPH_MODE_NAMES).map(_mode))
     return draw(batches(num_tokens, local, batch_wide))
@@ -143,22 +143,28 @@ def graph_bound_batches(draw, grid: tuple[int, ...]) -> Batch:
 HIDDEN_MODES = ("NULL", "LAST", "FULL")  # CaptureHiddenMode names
 
 
+# What a multimodal server's batch adds; one at a time, the text batches the graphs serve most of the time.
+MODEL_INPUT_KINDS = ("text",) * 5 + ("image", "hidden-states", "logprob")
+
+
 @st.composite
 def model_input_batches(draw, grid: tuple[int, ...]) -> Batch:
-    """A graph-bound batch as a multimodal server and its callers make it: per-request mRoPE shifts, now and then
-    a fresh image request bringing its own embeddings, a hidden-state mode or return_logprob (the last three are
-    what the graphs cannot serve: a few of each, not a third of the budget)."""
-    batch = draw(graph_bound_batches(grid))
+    """A graph-bound batch within the grid as a multimodal server and its callers make it: per-request mRoPE
+    shifts, and now and then one of what the graphs cannot serve (`MODEL_INPUT_KINDS`): a fresh image request
+    bringing its own embeddings, a hidden-state mode (LAST, FULL), return_logprob."""
+    kind = draw(st.sampled_from(MODEL_INPUT_KINDS))
+    batch = draw(graph_bound_batches(grid, beyond=False))
+    image_row = draw(st.sampled_from([r.row for r in batch.requests if r.prefix == 0] or [None]))
     requests = []
     for request in batch.requests:
         delta = tuple(draw(st.lists(st.integers(0, 5), min_size=3, max_size=3)))
         embeds = None
-        if request.prefix == 0 and draw(st.integers(0, 7)) == 0:
+        if kind == "image" and request.row == image_row:
             embeds = tuple(tuple(draw(st.lists(TOKEN_IDS, min_size=2, max_size=2))) for _ in request.tokens)
         requests.append(dataclasses.replace(request, embeds=embeds, mrope_delta=delta))
-    hidden = draw(st.sampled_from(HIDDEN_MODES[1:])) if draw(st.integers(0, 7)) == 0 else "NULL"
+    hidden = draw(st.sampled_from(HIDDEN_MODES[1:])) if kind == "hidden-states" else "NULL"
     return dataclasses.replace(batch, requests=tuple(requests), capture_hidden_mode=hidden,
-                               return_logprob=draw(st.integers(0, 7)) == 0)
+                               return_logprob=kind == "logprob")
 
 
 def describe(batch: Batch) -> dict:

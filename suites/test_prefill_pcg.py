@@ -81,11 +81,13 @@ def refusal(error: BaseException) -> str | None:
     return None
 
 
-def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: bool = False):
-    """One forward and its oracles; SGLang's own refusal of a mode it has no graph for is expected behaviour."""
+def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: bool = False,
+                one_trace: bool = True):
+    """One forward and its oracles; SGLang's own refusal of a mode it has no graph for is expected behaviour.
+    `one_trace=False`: the compile pass may trace more than once (a known finding, kept in its own test)."""
     if session.case.backend == "tc_piecewise":
         ex.note("tc_piecewise", session.layout.note)
-    session.check_capture()
+    session.check_capture(one_trace=one_trace)
     outcome = session.step(batch, ex, reuse_history=reuse_history)
     mode = batch.forward_mode.name
     if outcome.path == "sglang-error":
@@ -184,7 +186,8 @@ def test_multimodal_inputs(backend, data):
     batch = data.draw(draw.model_input_batches(GRID), label="batch")
     with example("prefill_pcg", capture_tokens=GRID, backend=backend, multimodal=True,
                  **draw.describe(batch)) as ex:
-        run_example(ex, PrefillSession.get(case), batch)
+        # the mRoPE slot's strides retrace the compile pass on clean 0.5.23: test_findings_mrope_slot_retraces
+        run_example(ex, PrefillSession.get(case), batch, one_trace=False)
 
 
 def replay_case(drawn: dict) -> None:
@@ -243,6 +246,18 @@ def test_findings_global_forward_mode_none_recompiles():
 def test_findings_capture_size_one_never_replays():
     case = PrefillCase(backend="tc_piecewise", capture_tokens=(1, 4), compiler="eager")
     run_finding(case, Batch((Request(1, (3,)),), _mode("EXTEND"), _mode("EXTEND")))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding: the mRoPE slot is a view buf[:, :T] of a [3, max_tokens] buffer; at the largest bucket (traced first) "
+    "it is contiguous, so Dynamo guards positions.stride()[0] == positions.size()[1] and every smaller bucket traces "
+    "the forward again (one more full compile per VLM under tc_piecewise, an Inductor compile with inductor pieces)"))
+def test_findings_mrope_slot_retraces():
+    layout = _layout()
+    if layout.multimodal_gap():
+        pytest.skip(layout.multimodal_gap())
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, multimodal=True)
+    run_finding(case, Batch((Request(1, (3, 5)),), _mode("EXTEND"), _mode("EXTEND")))
 
 
 @pytest.mark.parametrize("mode", SPECULATIVE_OR_DLLM)

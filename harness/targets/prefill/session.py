@@ -29,7 +29,7 @@ from harness.oracles.capture_stream import CaptureStreamWatcher
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.graph_replay import ORACLE as GRAPH_REPLAY, check_eager_forward, check_graph_forward, replay_delta
 from harness.oracles.process_state import check_at_rest
-from harness.oracles.recompile import RecompileWatcher
+from harness.oracles.recompile import ORACLE as RECOMPILE, RecompileWatcher
 from harness.targets import prefill
 from harness.targets.prefill.admission import must_run_eager
 from harness.targets.prefill.base import Batch, PrefillCase, Request
@@ -102,6 +102,7 @@ class PrefillSession:
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
             self.expected_sizes, self.graphs_per_shape = expected_capture(case)
             self.captured = counter.since(opened)["num_graphs_captured"]
+            self.warmup_guards = list(self.recompiles.guard_failures)  # why the compile pass traced again, if it did
             self.recompiles.arm()
             self.probes = self.target.state_probes()
         except BaseException:
@@ -115,9 +116,18 @@ class PrefillSession:
             self._stack.close()
 
     # -- oracles that do not depend on a forward ------------------------------------------------------------
-    def check_capture(self) -> None:
-        """After construction: no capture-stream problem, and the token counts and graphs the case implies."""
+    def check_capture(self, *, one_trace: bool = True) -> None:
+        """After construction: no capture-stream problem, one Dynamo trace for every token count (tc_piecewise:
+        SGLang marks the token and request dimensions dynamic for exactly that), and the token counts and graphs
+        the case implies."""
         self.streams.check("capture")
+        traces = self.recompiles.warmup_compiles
+        if one_trace and self.case.backend == "tc_piecewise" and traces != 1:
+            guard = " ".join(self.warmup_guards[-1].split()) if self.warmup_guards else "(no guard failure logged)"
+            raise OracleFailure(RECOMPILE, f"the compile pass traced the model's forward {traces} times over token "
+                                f"counts {self.expected_sizes}; one trace must serve them all (a dimension SGLang "
+                                f"left static or specialised); last failing guard: {guard}",
+                                traces=traces, guards=self.warmup_guards[-3:])
         sizes, per_size = self.expected_sizes, self.graphs_per_shape
         if sorted(self.capture_sizes) != sizes:
             raise OracleFailure(GRAPH_REPLAY, f"the runner captured token counts {sorted(self.capture_sizes)}, "
