@@ -140,8 +140,8 @@ def refused_batch(mode: str) -> Batch:
     return Batch((Request(1, (4,), prefix=2, history=(1, 2)),), local, _mode("EXTEND"))
 
 
-@pytest.mark.parametrize("backend", prefill.BACKENDS)
 @pytest.mark.parametrize("mode", REFUSED)
+@pytest.mark.parametrize("backend", prefill.BACKENDS)  # varies slowest: one backend's examples share a capture
 def test_refused_forward_mode_takes_sglang_path(mode, backend):
     """Bad input: a mode the runner has no graph for ends in SGLang's eager runner or SGLang's own error, on every
     backend (explicit examples: drawing them spent a third of the gate on SGLang saying no)."""
