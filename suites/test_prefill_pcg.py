@@ -87,6 +87,8 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
     `one_trace=False`: the compile pass may trace more than once (a known finding, kept in its own test)."""
     if session.case.backend == "tc_piecewise":
         ex.note("tc_piecewise", session.layout.note)
+        if session.one_trace_gap:
+            ex.note("one_trace", session.one_trace_gap)
     session.check_capture(one_trace=one_trace)
     outcome = session.step(batch, ex, reuse_history=reuse_history)
     mode = batch.forward_mode.name
