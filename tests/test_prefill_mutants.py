@@ -81,7 +81,8 @@ MROPE_SLOT = """                "mrope_positions",
                 axis="tokens",
                 padding_policy=PaddingPolicy.ZERO,
 """
-OUT_CACHE_LOC_SLOT = '            "out_cache_loc",\n            _tokens,\n            cache_loc_dtype,\n            axis="tokens",\n'
+OUT_CACHE_LOC_SLOT = ('            "out_cache_loc",\n            _tokens,\n            cache_loc_dtype,\n'
+                      '            axis="tokens",\n')
 FILL_EMBEDS = '        """A text-only batch would otherwise replay the captured input_embeds."""\n'
 
 # Regressions on the paths a VLM batch takes (mRoPE, input_embeds), in the runner's admission and in the dynamic

@@ -163,8 +163,9 @@ class PrefillSession:
             self.target.eager(Batch(earlier, ForwardMode.EXTEND, ForwardMode.EXTEND))
 
     def step(self, batch: Batch, ex=None, *, check_eager: bool = True, reuse_history: bool = False) -> Outcome:
-        """SGLang's dispatch for `batch`, then: no recompile, no capture-stream sighting, the graph path replayed
-        its graphs (or the eager path none), output equal to eager and to the by-hand numbers, state at rest.
+        """SGLang's dispatch for `batch`, then: no recompile, no capture-stream sighting, a batch the graphs cannot
+        serve took the eager path (admission), the graph path replayed its graphs (or the eager path none), output
+        equal to eager and to the by-hand numbers, state at rest.
 
         `reuse_history`: the requests' prefixes are already in the KV cache (an earlier step computed them).
         A failing oracle closes the session: its watchers and compiled state are spoiled for later examples."""
@@ -214,8 +215,9 @@ class PrefillSession:
             assert_matches_eager(logits, expected, exact=exact)
             if batch.forward_mode.is_extend() or batch.forward_mode.is_decode():
                 mrope = self.case.multimodal
-                by_hand = torch.tensor(reference_logits([initial_hidden(
-                    r.history + r.tokens, r.embeds, r.mrope_delta if mrope else None) for r in batch.requests]), dtype=logits.dtype)
+                rows = [initial_hidden(r.history + r.tokens, r.embeds, r.mrope_delta if mrope else None)
+                        for r in batch.requests]
+                by_hand = torch.tensor(reference_logits(rows), dtype=logits.dtype)
                 assert_matches_eager(expected, by_hand)
         return outcome
 

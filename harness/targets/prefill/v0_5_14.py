@@ -107,7 +107,8 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
                                 max_source_positions=0)
     model_config = SimpleNamespace(
         is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32, hf_config=hf_config,
-        hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1], is_multimodal=case.multimodal,
+        hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1],
+        is_multimodal=case.multimodal,
         hc_hidden_size=None, num_hidden_layers=NUM_LAYERS)
     pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0)
     attributes = dict(
