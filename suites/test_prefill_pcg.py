@@ -192,13 +192,32 @@ def test_multimodal_inputs(backend, data):
         run_example(ex, PrefillSession.get(case), batch, one_trace=False)
 
 
+@suite_settings(gate_examples=15, shrink_in_gate=False)
+@given(data=st.data())
+def test_full_chunked_prefix(data):
+    """The full backend with chunked-prefix capture: one graph per size and prefix-chunk variant; batches whose
+    requests arrive with cached prefixes (chunks, decoding requests) replay the variant covering their longest
+    prefix, reading it through the chunk KV indices SGLang's own kernel writes (Triton's CPU interpreter on the
+    virtual device), refreshed for every replay."""
+    layout = _layout()
+    gap = layout.backend_gap("full", PrefillSession.device) or layout.chunked_prefix_gap()
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="full", capture_tokens=GRID, prefix_chunk_tokens=64)
+    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend="full", prefix_chunk_tokens=64,
+                 **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 def replay_case(drawn: dict) -> None:
     """One recorded example (the `drawn` dict `harness.record.example` wrote), without Hypothesis or pytest: what
     repro scripts and pinned regressions call. Raises the oracle's failure (an AssertionError) when it fails."""
     prefill.load()  # before SGLang is imported (older releases need the device layer's stand-ins)
     case = PrefillCase(backend=drawn.get("backend") or "tc_piecewise",
                        capture_tokens=tuple(drawn.get("capture_tokens") or GRID),
-                       compiler=drawn.get("compiler") or "eager", multimodal=bool(drawn.get("multimodal")))
+                       compiler=drawn.get("compiler") or "eager", multimodal=bool(drawn.get("multimodal")),
+                       prefix_chunk_tokens=drawn.get("prefix_chunk_tokens"))
     batch = draw.batch_from_drawn(drawn)
     try:
         with example("prefill_pcg_replay", **drawn) as ex:

@@ -119,6 +119,16 @@ PATH_MUTANTS = {
         [(RUNNER, "        if return_logprob and not self._uses_eager_prefill_tail():",
           "        if return_logprob and self._uses_eager_prefill_tail() is None:")],
         MULTIMODAL, "admission", ["return_logprob"], ['"return_logprob": true']),
+    # chunked prefix: a replay's chunk KV indices are not cleared first, so a shorter prefix reads the entries a
+    # longer one left behind.
+    "prefix_kv_indices_not_cleared": (
+        [(RUNNER, "        buffers.kv_indices[:captured_n].zero_()\n", "")],
+        "test_full_chunked_prefix", "eager-equality", ["not bit-equal to eager"], []),
+    # chunked prefix: the replay reuses the chunk buffers the capture (or the previous replay) left.
+    "prefix_buffers_not_refreshed": (
+        [(RUNNER, "            if shape_key.variant_label is not None:\n"
+                  "                self._prepare_chunked_prefix_replay(shape_key, forward_batch)\n", "")],
+        "test_full_chunked_prefix", "eager-equality", ["not bit-equal to eager"], []),
     # dynamic dimensions: the ForwardBatch's tensors are left static, so each token count traces again.
     "forward_batch_not_marked_dynamic": (
         [(COMPILE, '        _mark_dynamic_forward_batch(ba.arguments.get("forward_batch"))', "        pass")],

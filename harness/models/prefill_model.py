@@ -39,7 +39,7 @@ What it exercises, the way SGLang's own layers do:
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -91,10 +91,11 @@ def bind_sglang_hooks(*, attn_backend=None, in_breakable=None, eager_on_graph=No
             _hooks[name] = value
 
 
-def _attention_kernel(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int) -> None:
+def _attention_kernel(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
+                      prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
     """The attention body: writes x at `slots`, reads the metadata the attention backend prepared for this batch
-    (out of graph)."""
-    _hooks["attn_backend"]().harness_attend(x, output, slots, layer_id)
+    (out of graph) and, in a chunked-prefix full graph, the prefix chunk buffers."""
+    _hooks["attn_backend"]().harness_attend(x, output, slots, layer_id, prefix_kv_indices, prefix_cu_seq_lens)
 
 
 def register_attention_op():
@@ -109,8 +110,10 @@ def register_attention_op():
 
     from harness.devices.custom_ops import add_cpu_kernel
 
-    def harness_prefill_attention(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int) -> None:
-        _attention_kernel(x, output, slots, layer_id)
+    def harness_prefill_attention(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
+                                  prefix_kv_indices: List[torch.Tensor],
+                                  prefix_cu_seq_lens: Optional[torch.Tensor]) -> None:
+        _attention_kernel(x, output, slots, layer_id, prefix_kv_indices, prefix_cu_seq_lens)
 
     op = register_custom_op(mutates_args=["output"])(register_split_op()(harness_prefill_attention))
     add_cpu_kernel(ATTENTION_OP, harness_prefill_attention)
@@ -139,10 +142,14 @@ class PrefillLayer(nn.Module):
         output = torch.empty_like(x)
         op, breakable = register_attention_op()
         slots = forward_batch.out_cache_loc
+        # A chunked-prefix full capture's batch carries the runner's prefix chunk buffers (SGLang sets them as
+        # attributes; absent elsewhere): attention reads the cached prefix through them, as real backends do.
+        prefix = (list(getattr(forward_batch, "prefix_chunk_kv_indices", None) or ()),
+                  getattr(forward_batch, "prefix_chunk_cu_seq_lens", None))
         if breakable is not None and _hooks["in_breakable"]():
-            breakable(x, output, slots, self.layer_id)
+            breakable(x, output, slots, self.layer_id, *prefix)
         else:
-            op(x, output, slots, self.layer_id)
+            op(x, output, slots, self.layer_id, *prefix)
         return h + output
 
 

@@ -40,6 +40,9 @@ class Layout:
     def multimodal_gap(self) -> Optional[str]:
         return self.target_class.multimodal_gap()
 
+    def chunked_prefix_gap(self) -> Optional[str]:
+        return self.target_class.chunked_prefix_gap()
+
 
 @dataclasses.dataclass(frozen=True)
 class PrefillCase:
@@ -51,6 +54,7 @@ class PrefillCase:
     full_prefill_max_req: int = 4
     capture_mode: str = "auto"  # virtual device: "record" | "rerun" | "auto" (record for eager, rerun for inductor)
     multimodal: bool = False  # a VLM: mRoPE positions, embeddings handed to the language model, input_embeds slot
+    prefix_chunk_tokens: Optional[int] = None  # full only: chunked-prefix capture, aggregate tokens per prefix chunk
 
     @property
     def device_capture_mode(self) -> str:
@@ -97,7 +101,7 @@ def make_attention_backend_class():
         dllm_attention = None
         prefill_cuda_graph_default_max_seq_len = None
         supports_prefill_cuda_graph_max_context_size = False
-        supports_full_cuda_graph_chunked_prefix = False
+        supports_full_cuda_graph_chunked_prefix = True
         use_captured_forward_metadata_for_breakable_cuda_graph = False
         skips_prefill_metadata_on_idle_dp_rank = False
 
@@ -110,6 +114,8 @@ def make_attention_backend_class():
             max_tokens, device = kv.num_slots, kv.device
             self.token_row = torch.zeros(max_tokens, dtype=torch.int64, device=device)
             self.token_position = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
+            self.token_request = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # index in the batch
+            self.token_prefix = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # its request's prefix
             self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
@@ -130,29 +136,58 @@ def make_attention_backend_class():
                 new = [int(n) for n in forward_batch.extend_seq_lens[:bs].tolist()]
             else:
                 new = [1] * bs
-            token_row, token_position = [], []
-            for row, seq_len, count in zip(rows, seq_lens, new):
+            token_row, token_position, token_request, token_prefix = [], [], [], []
+            for index, (row, seq_len, count) in enumerate(zip(rows, seq_lens, new)):
                 token_row += [row] * count
                 token_position += range(seq_len - count, seq_len)
+                token_request += [index] * count
+                token_prefix += [seq_len - count] * count
             n = len(token_row)
             self.token_row.zero_()
             self.token_position.fill_(-1)
+            self.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
+            self.token_prefix.zero_()
             if n:
                 self.token_row[:n] = torch.tensor(token_row, dtype=torch.int64, device=self.kv.device)
                 self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64, device=self.kv.device)
+                self.token_request[:n] = torch.tensor(token_request, dtype=torch.int64, device=self.kv.device)
+                self.token_prefix[:n] = torch.tensor(token_prefix, dtype=torch.int64, device=self.kv.device)
             self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
 
-        def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int) -> None:
+        def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
+                           prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
             """KV[slots[t]] = x[t] (padding writes PAD_SLOT); output[t] = sum of the cached x over positions
-            0..position(t) of token t's request."""
+            0..position(t) of token t's request. With a chunked-prefix full graph's buffers (`prefix_*`, what the
+            captured body hands the op) the cached prefix is read through them, the new tokens through
+            req_to_token."""
             t = x.shape[0]
             values = self.kv.values[layer_id]
             values.index_copy_(0, slots[:t].to(torch.int64), x)
             values[PAD_SLOT].zero_()
             slots = self.kv.req_to_token.index_select(0, self.token_row[:t]).to(torch.int64)  # (t, context)
             visible = self.context.unsqueeze(0) <= self.token_position[:t].unsqueeze(1)  # (t, context)
+            if prefix_kv_indices:  # the prefix comes from SGLang's chunk buffers, not req_to_token
+                visible = visible & (self.context.unsqueeze(0) >= self.token_prefix[:t].unsqueeze(1))
             gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
             output.copy_((gathered * visible.unsqueeze(-1)).sum(dim=1))
+            if prefix_kv_indices:
+                sums = self._prefix_sums(values, prefix_kv_indices, prefix_cu_seq_lens)
+                output.add_(sums.index_select(0, self.token_request[:t]))
+
+        @staticmethod
+        def _prefix_sums(values: torch.Tensor, kv_indices, cu_seq_lens: torch.Tensor) -> torch.Tensor:
+            """Per request slot (plus one for padding), the sum of its cached prefix KV, read chunk by chunk
+            through the KV indices SGLang's `create_chunked_prefix_cache_kv_indices` wrote (entries past a chunk's
+            last request are slot 0, PAD_SLOT, whose values are zero)."""
+            slots = cu_seq_lens.shape[1] - 1
+            sums = torch.zeros((slots + 1, values.shape[1]), dtype=values.dtype, device=values.device)
+            for chunk, chunk_indices in enumerate(kv_indices):
+                indices = chunk_indices.to(torch.int64)
+                ends = cu_seq_lens[chunk, 1:].to(torch.int64)
+                entry = torch.arange(indices.shape[0], device=values.device)
+                owner = torch.searchsorted(ends, entry, right=True)  # request slot of each entry (slots: none)
+                sums.index_add_(0, owner, values.index_select(0, indices))
+            return sums
 
         def forward_extend(self, *args, **kwargs):  # the model's attention never goes through here
             raise NotImplementedError("the harness model attends through its split op")
@@ -254,6 +289,14 @@ class PrefillTarget:
     @classmethod
     def backend_gap(cls, backend: str, device: str) -> Optional[str]:
         return None
+
+    def close(self) -> None:
+        """Undo what the target patched for its lifetime (nothing by default)."""
+
+    @classmethod
+    def chunked_prefix_gap(cls) -> Optional[str]:
+        """Why this release's runner has no chunked-prefix full capture (None: it has)."""
+        return f"the {cls.__module__} target drives no chunked-prefix capture"
 
     @classmethod
     def multimodal_gap(cls) -> Optional[str]:

@@ -41,16 +41,30 @@ GRAPH_MODES = ("EXTEND", "MIXED")
 ADMISSION = "admission"
 
 
-def expected_capture(case: PrefillCase) -> tuple[list[int], int]:
-    """(token counts the runner must capture, graphs per token count), from the case alone.
+def expected_capture(case: PrefillCase) -> tuple[list[int], int, int]:
+    """(token counts the runner must capture, graphs one forward replays, graphs per token count), from the case.
 
     Sizes: the configured grid, each once (`sorted(set(capture_tokens))`: (4, 8, 16) -> [4, 8, 16]).
-    Graphs per size: the model has NUM_LAYERS attention split ops; tc_piecewise and breakable cut the body there,
-    so NUM_LAYERS + 1 pieces each capture one graph (2 layers: 3 graphs); full captures the body whole (1).
+    Graphs per forward: the model has NUM_LAYERS attention split ops; tc_piecewise and breakable cut the body
+    there, so NUM_LAYERS + 1 pieces each capture one graph (2 layers: 3 graphs); full captures the body whole (1).
+    Graphs per size: those of one forward, times 1 + the chunked-prefix variants when the case captures chunked
+    prefixes (`prefix_variants`; each variant is a full graph of its own).
     Example: tc_piecewise over (4, 8, 16): 3 sizes x 3 pieces = 9 graphs at capture, 3 replays per graph forward.
     """
-    per_size = 1 if case.backend == "full" else NUM_LAYERS + 1
-    return sorted(set(case.capture_tokens)), per_size
+    per_forward = 1 if case.backend == "full" else NUM_LAYERS + 1
+    variants = len(prefix_variants(case)) if case.backend == "full" and case.prefix_chunk_tokens is not None else 0
+    return sorted(set(case.capture_tokens)), per_forward, per_forward * (1 + variants)
+
+
+def prefix_variants(case: PrefillCase) -> tuple[int, ...]:
+    """Chunk counts a chunked-prefix full capture records: the geometric set 1, 2, 4, 8, 16, keeping n only while
+    n // 2 chunks cannot already cover the longest addressable prefix (`max_context`). A chunk holds
+    prefix_chunk_tokens // full_prefill_max_req tokens per request. Example: 64 tokens over 4 slots -> 16 per
+    request; a 64-token context needs 4 chunks -> variants (1, 2, 4)."""
+    per_request = max(min(case.prefix_chunk_tokens, case.max_context * case.full_prefill_max_req)
+                      // case.full_prefill_max_req, 1)
+    needed = -(-case.max_context // per_request)
+    return tuple(n for n in (1, 2, 4, 8, 16) if n // 2 < needed)
 
 
 def one_trace_gap() -> Optional[str]:
@@ -111,8 +125,9 @@ class PrefillSession:
             self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
             with self.streams.watching_warnings():
                 self.target = self.layout.make_target(case, device.torch_device)
+            self._stack.callback(self.target.close)
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
-            self.expected_sizes, self.graphs_per_shape = expected_capture(case)
+            self.expected_sizes, self.graphs_per_forward, self.graphs_per_size = expected_capture(case)
             self.captured = counter.since(opened)["num_graphs_captured"]
             self.warmup_guards = list(self.recompiles.guard_failures)  # why the compile pass traced again, if it did
             self.one_trace_gap = one_trace_gap()
@@ -141,7 +156,7 @@ class PrefillSession:
                                 f"counts {self.expected_sizes}; one trace must serve them all (a dimension SGLang "
                                 f"left static or specialised); last failing guard: {guard}",
                                 traces=traces, guards=self.warmup_guards[-3:])
-        sizes, per_size = self.expected_sizes, self.graphs_per_shape
+        sizes, per_size = self.expected_sizes, self.graphs_per_size
         if sorted(self.capture_sizes) != sizes:
             raise OracleFailure(GRAPH_REPLAY, f"the runner captured token counts {sorted(self.capture_sizes)}, "
                                 f"the case configures {sizes} (sorted(set(capture_tokens)))",
@@ -207,7 +222,7 @@ class PrefillSession:
             raise OracleFailure(ADMISSION, f"the {mode} batch replayed the prefill graphs, but {refused}: "
                                 "can_run_graph must send it to eager", **self._batch_details(batch))
         if graph_path:
-            check_graph_forward(delta, self.graphs_per_shape, context=context)
+            check_graph_forward(delta, self.graphs_per_forward, context=context)
         else:
             check_eager_forward(delta, context=context)
         if expected is not None and logits is not None:

@@ -54,12 +54,14 @@ def publish_config(case: PrefillCase, device: str) -> Any:
     extra = {}
     if "full_prefill_max_req" in fields:  # 0.5.2x; 0.5.14's PhaseConfig has no such field
         extra["full_prefill_max_req"] = case.full_prefill_max_req if case.backend == "full" else None
+    if case.prefix_chunk_tokens is not None:  # chunked-prefix full capture (0.5.2x)
+        extra["full_prefill_prefix_chunk_tokens"] = case.prefix_chunk_tokens
     prefill = PhaseConfig(backend=backend, bs=list(case.capture_tokens), **extra)
     server_args = ServerArgs(
         model_path="dummy", device=device,
         cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="disabled"), prefill=prefill),
         max_running_requests=case.max_requests, chunked_prefill_size=max(case.capture_tokens),
-        disable_radix_cache=True, disable_chunked_prefix_cache=True,
+        disable_radix_cache=True, disable_chunked_prefix_cache=case.prefix_chunk_tokens is None,
     )
     if not publish_server_args(server_args):
         # 0.5.14 to 0.5.1x and main trees without runtime_context: no published config namespaces; the runner
@@ -174,11 +176,36 @@ def _tc_piecewise_resolution(case: PrefillCase):
         yield
 
 
+class _InterpretedKernel:
+    """One of SGLang's Triton kernels run by Triton's own CPU interpreter: the virtual device has no Triton driver.
+    Launched as SGLang launches it (`kernel[grid](*args)`); `tl.cdiv` is interpreted too while it runs."""
+
+    def __init__(self, kernel):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self.interpreted = InterpretedFunction(kernel.fn)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            import triton.language as tl
+            from triton.runtime.interpreter import InterpretedFunction
+
+            with mock.patch.object(tl, "cdiv", InterpretedFunction(tl.cdiv.fn)):
+                return self.interpreted[grid](*args, **kwargs)
+        return launch
+
+
 class Target(PrefillTarget):
     """Publishes config, builds the doubles and constructs the real runner (which compiles and captures)."""
 
     def __init__(self, case: PrefillCase, layout: Layout, device: str = "cpu"):
         super().__init__(case, layout, device)
+        self._patches = contextlib.ExitStack()
+        if device == "cpu" and case.prefix_chunk_tokens is not None:
+            runner_module = load(RUNNER_MODULE)
+            kernel = runner_module.create_chunked_prefix_cache_kv_indices
+            self._patches.enter_context(mock.patch.object(
+                runner_module, "create_chunked_prefix_cache_kv_indices", _InterpretedKernel(kernel)))
         self.server_args = publish_config(case, device)
         ensure_tp_group()
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
@@ -222,6 +249,18 @@ class Target(PrefillTarget):
         if not hasattr(runner, "_fill_input_embeds_slot"):
             return (f"SGLang {sglang_version()}: PrefillCudaGraphRunner has no _fill_input_embeds_slot (multimodal "
                     "prefill replay)")
+        return None
+
+    def close(self) -> None:
+        self._patches.close()
+
+    @classmethod
+    def chunked_prefix_gap(cls) -> Optional[str]:
+        """Chunked-prefix full capture (`_prepare_chunked_prefix_capture`) arrived in 0.5.2x."""
+        runner = load(RUNNER_MODULE, "PrefillCudaGraphRunner")
+        if not hasattr(runner, "_prepare_chunked_prefix_capture"):
+            return (f"SGLang {sglang_version()}: PrefillCudaGraphRunner has no _prepare_chunked_prefix_capture "
+                    "(chunked-prefix full capture)")
         return None
 
     def _forward_batch(self, batch: Batch):
