@@ -176,6 +176,13 @@ def _tc_piecewise_resolution(case: PrefillCase):
         yield
 
 
+def _runner_lacks(name: str, what: str) -> Optional[str]:
+    """Why the installed runner cannot drive `what`: it has no method `name` (None: it has)."""
+    if hasattr(load(RUNNER_MODULE, "PrefillCudaGraphRunner"), name):
+        return None
+    return f"SGLang {sglang_version()}: PrefillCudaGraphRunner has no {name} ({what})"
+
+
 class _InterpretedKernel:
     """One of SGLang's Triton kernels run by Triton's own CPU interpreter: the virtual device has no Triton driver.
     Launched as SGLang launches it (`kernel[grid](*args)`); `tl.cdiv` is interpreted too while it runs."""
@@ -245,23 +252,15 @@ class Target(PrefillTarget):
     @classmethod
     def multimodal_gap(cls) -> Optional[str]:
         """Multimodal replay (the input_embeds slot refreshed from the live embeddings) arrived after 0.5.14."""
-        runner = load(RUNNER_MODULE, "PrefillCudaGraphRunner")
-        if not hasattr(runner, "_fill_input_embeds_slot"):
-            return (f"SGLang {sglang_version()}: PrefillCudaGraphRunner has no _fill_input_embeds_slot (multimodal "
-                    "prefill replay)")
-        return None
-
-    def close(self) -> None:
-        self._patches.close()
+        return _runner_lacks("_fill_input_embeds_slot", "multimodal prefill replay")
 
     @classmethod
     def chunked_prefix_gap(cls) -> Optional[str]:
-        """Chunked-prefix full capture (`_prepare_chunked_prefix_capture`) arrived in 0.5.2x."""
-        runner = load(RUNNER_MODULE, "PrefillCudaGraphRunner")
-        if not hasattr(runner, "_prepare_chunked_prefix_capture"):
-            return (f"SGLang {sglang_version()}: PrefillCudaGraphRunner has no _prepare_chunked_prefix_capture "
-                    "(chunked-prefix full capture)")
-        return None
+        """Chunked-prefix full capture arrived in 0.5.2x."""
+        return _runner_lacks("_prepare_chunked_prefix_capture", "chunked-prefix full capture")
+
+    def close(self) -> None:
+        self._patches.close()
 
     def _forward_batch(self, batch: Batch):
         return build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator, mrope=self.case.multimodal)
