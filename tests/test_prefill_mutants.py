@@ -119,10 +119,9 @@ PATH_MUTANTS = {
         [(RUNNER, "        if return_logprob and not self._uses_eager_prefill_tail():",
           "        if return_logprob and self._uses_eager_prefill_tail() is None:")],
         MULTIMODAL, "admission", ["return_logprob"], ['"return_logprob": true']),
-    # chunked prefix: a replay's chunk KV indices are not cleared first, so a shorter prefix reads the entries a
-    # longer one left behind.
-    "prefix_kv_indices_not_cleared": (
-        [(RUNNER, "        buffers.kv_indices[:captured_n].zero_()\n", "")],
+    # chunked prefix: an off-by-one in the chunk lengths, so every full chunk drops its last cached token.
+    "prefix_chunk_len_off_by_one": (
+        [(RUNNER, "            min=0, max=self._prefix_chunk_len\n", "            min=0, max=self._prefix_chunk_len - 1\n")],
         "test_full_chunked_prefix", "eager-equality", ["not bit-equal to eager"], []),
     # chunked prefix: the replay reuses the chunk buffers the capture (or the previous replay) left.
     "prefix_buffers_not_refreshed": (
