@@ -78,7 +78,8 @@ SUITES: tuple[Suite, ...] = (
                   "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py",
                   "srt/compilation/backend.py",
                   "srt/compilation/compile.py",
-                  "srt/compilation/cuda_piecewise_backend.py"),
+                  "srt/compilation/cuda_piecewise_backend.py",
+                  "srt/compilation/compiler_interface.py"),
     ),
 )
 

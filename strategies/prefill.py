@@ -3,6 +3,8 @@ requests, mixed batches with decoding requests), the batch's forward_mode and gl
 independently, and the compiler of the pieces."""
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import strategies as st
 
 from harness.conditions import narrow
@@ -45,15 +47,15 @@ def cases(backend: str = "tc_piecewise", *, grids=None, inductor: bool = False) 
                      max_context=st.just(MAX_CONTEXT))
 
 
-def replay_num_tokens(grid: tuple[int, ...]) -> st.SearchStrategy[int]:
-    """A token count on the grid, strictly between two grid values (or below the smallest), or beyond it;
-    narrowed by `python -m harness repro` to a reported count ("num_tokens") when the harness can build it."""
-    return narrow("num_tokens", _replay_num_tokens(grid), domain=range(1, MAX_CONTEXT))
+def replay_num_tokens(grid: tuple[int, ...], beyond: bool = True) -> st.SearchStrategy[int]:
+    """A token count on the grid, strictly between two grid values (or below the smallest), or (`beyond`) beyond
+    it; narrowed by `python -m harness repro` to a reported count ("num_tokens") when the harness can build it."""
+    return narrow("num_tokens", _replay_num_tokens(grid, beyond), domain=range(1, MAX_CONTEXT))
 
 
 @st.composite
-def _replay_num_tokens(draw, grid: tuple[int, ...]) -> int:
-    where = draw(st.sampled_from(("on", "between", "beyond")))
+def _replay_num_tokens(draw, grid: tuple[int, ...], beyond: bool) -> int:
+    where = draw(st.sampled_from(("on", "between", "beyond") if beyond else ("on", "between")))
     if where == "on":
         return draw(st.sampled_from(grid))
     if where == "between":
@@ -122,15 +124,47 @@ def batches(draw, num_tokens: int, forward_mode, global_forward_mode, *, decodin
 GRAPH_MODE_NAMES = ("EXTEND", "MIXED")  # what an EXTEND capture replays (the runner maps MIXED to EXTEND)
 
 
+def graph_modes() -> st.SearchStrategy:
+    """EXTEND or MIXED, the local modes a prefill graph serves (narrowed by repro to the reported one)."""
+    modes = [_mode(name) for name in GRAPH_MODE_NAMES]
+    return narrow("forward_mode", st.sampled_from(modes), domain=modes)
+
+
 @st.composite
-def graph_bound_batches(draw, grid: tuple[int, ...]) -> Batch:
+def graph_bound_batches(draw, grid: tuple[int, ...], beyond: bool = True) -> Batch:
     """A batch the prefill graph is for: forward_mode and global_forward_mode each EXTEND or MIXED, drawn
-    independently; a token count on, between or beyond the grid; chunked and decoding requests."""
-    num_tokens = draw(replay_num_tokens(grid))
-    graph_modes = [_mode(name) for name in GRAPH_MODE_NAMES]
-    local = draw(narrow("forward_mode", st.sampled_from(graph_modes), domain=graph_modes))
+    independently; a token count on, between or (`beyond`) beyond the grid; chunked and decoding requests."""
+    num_tokens = draw(replay_num_tokens(grid, beyond))
+    local = draw(graph_modes())
     batch_wide = draw(st.sampled_from(GRAPH_MODE_NAMES).map(_mode))
     return draw(batches(num_tokens, local, batch_wide))
+
+
+HIDDEN_MODES = ("NULL", "LAST", "FULL")  # CaptureHiddenMode names
+
+
+# What a multimodal server's batch adds; one at a time, the text batches the graphs serve most of the time.
+MODEL_INPUT_KINDS = ("text",) * 5 + ("image", "hidden-states", "logprob")
+
+
+@st.composite
+def model_input_batches(draw, grid: tuple[int, ...]) -> Batch:
+    """A graph-bound batch within the grid as a multimodal server and its callers make it: per-request mRoPE
+    shifts, and now and then one of what the graphs cannot serve (`MODEL_INPUT_KINDS`): a fresh image request
+    bringing its own embeddings, a hidden-state mode (LAST, FULL), return_logprob."""
+    kind = draw(st.sampled_from(MODEL_INPUT_KINDS))
+    batch = draw(graph_bound_batches(grid, beyond=False))
+    image_row = draw(st.sampled_from([r.row for r in batch.requests if r.prefix == 0] or [None]))
+    requests = []
+    for request in batch.requests:
+        delta = tuple(draw(st.lists(st.integers(0, 5), min_size=3, max_size=3)))
+        embeds = None
+        if kind == "image" and request.row == image_row:
+            embeds = tuple(tuple(draw(st.lists(TOKEN_IDS, min_size=2, max_size=2))) for _ in request.tokens)
+        requests.append(dataclasses.replace(request, embeds=embeds, mrope_delta=delta))
+    hidden = draw(st.sampled_from(HIDDEN_MODES[1:])) if kind == "hidden-states" else "NULL"
+    return dataclasses.replace(batch, requests=tuple(requests), capture_hidden_mode=hidden,
+                               return_logprob=kind == "logprob")
 
 
 def describe(batch: Batch) -> dict:
@@ -139,8 +173,11 @@ def describe(batch: Batch) -> dict:
         "forward_mode": batch.forward_mode.name,
         "global_forward_mode": getattr(batch.global_forward_mode, "name", None),
         "num_tokens": batch.num_tokens,
+        "capture_hidden_mode": batch.capture_hidden_mode,
+        "return_logprob": batch.return_logprob,
         "requests": [{"row": r.row, "new": len(r.tokens), "prefix": r.prefix, "tokens": list(r.tokens),
-                      "history": list(r.history)} for r in batch.requests],
+                      "history": list(r.history), "embeds": r.embeds and [list(e) for e in r.embeds],
+                      "mrope_delta": list(r.mrope_delta)} for r in batch.requests],
     }
 
 
@@ -152,6 +189,11 @@ def batch_from_drawn(drawn: dict) -> Batch:
         new, prefix = int(request["new"]), int(request.get("prefix", 0))
         tokens = tuple(request.get("tokens") or [(index + offset) % 10 for offset in range(new)])
         history = tuple(request.get("history") or [(index + offset) % 10 for offset in range(prefix)])
-        requests.append(Request(int(request["row"]), tokens, prefix=prefix, history=history))
+        embeds = request.get("embeds")
+        requests.append(Request(int(request["row"]), tokens, prefix=prefix, history=history,
+                                embeds=embeds and tuple(tuple(e) for e in embeds),
+                                mrope_delta=tuple(request.get("mrope_delta") or (0, 0, 0))))
     global_mode = drawn.get("global_forward_mode")
-    return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None)
+    return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None,
+                 capture_hidden_mode=drawn.get("capture_hidden_mode") or "NULL",
+                 return_logprob=bool(drawn.get("return_logprob")))

@@ -72,6 +72,82 @@ STATEFUL_MUTANTS = {
 }
 
 
+REGISTRY = "srt/model_executor/cuda_graph_buffer_registry.py"
+COMPILE = "srt/compilation/compile.py"
+MULTIMODAL = "test_multimodal_inputs"
+MROPE_SLOT = """                "mrope_positions",
+                lambda _bs2, mt: (3, mt),
+                torch.int64,
+                axis="tokens",
+                padding_policy=PaddingPolicy.ZERO,
+"""
+OUT_CACHE_LOC_SLOT = ('            "out_cache_loc",\n            _tokens,\n            cache_loc_dtype,\n'
+                      '            axis="tokens",\n')
+FILL_EMBEDS = '        """A text-only batch would otherwise replay the captured input_embeds."""\n'
+
+# Regressions on the paths a VLM batch takes (mRoPE, input_embeds), in the runner's admission and in the dynamic
+# dimensions SGLang marks, each run on the test that drives the path (`-k`): name -> (edits, -k expression, oracle,
+# texts its diagnosis must hold, texts its details must hold).
+PATH_MUTANTS = {
+    # mRoPE: the static mRoPE slot is never refreshed from the batch (copy_from_fb=False, as for input_embeds), so
+    # every replay computes with the positions left by an earlier batch.
+    "mrope_slot_not_copied": (
+        [(REGISTRY, MROPE_SLOT, MROPE_SLOT + "                copy_from_fb=False,\n")],
+        MULTIMODAL, "eager-equality", ["not bit-equal to eager"], []),
+    # mRoPE: the body-capture backends hand the captured body 1-D positions although the model runs mRoPE.
+    "layer_positions_ignore_mrope": (
+        [(RUNNER, '        if getattr(model, "is_mrope_enabled", False):\n'
+                  "            return forward_batch.mrope_positions\n", "")],
+        MULTIMODAL, "eager-equality", ["not bit-equal to eager"], []),
+    # input_embeds: a text batch on a VLM replays stale embeddings (the static slot is never filled).
+    "input_embeds_slot_not_filled": (
+        [(RUNNER, FILL_EMBEDS, FILL_EMBEDS + "        return\n")],
+        MULTIMODAL, "eager-equality", ["not bit-equal to eager"], []),
+    # admission: a batch carrying its own embeddings is let into the graphs, which embed token ids.
+    "input_embeds_admitted": (
+        [(RUNNER, "        if input_embeds is not None:\n            return False\n", "")],
+        MULTIMODAL, "admission", ["input_embeds"], ['"input_embeds": true']),
+    # admission: the hidden-state comparison is skipped, so LAST/FULL batches replay a NULL capture.
+    "hidden_mode_admitted": (
+        [(RUNNER, "            capture_hidden_mode is not None\n"
+                  "            and self.capture_hidden_mode < capture_hidden_mode",
+          "            capture_hidden_mode is None\n"
+          "            and self.capture_hidden_mode < capture_hidden_mode")],
+        MULTIMODAL, "admission", ["capture_hidden_mode="], ["capture_hidden_mode"]),
+    # admission: return_logprob admitted on tc_piecewise, which has no eager logits tail.
+    "logprob_admitted_without_tail": (
+        [(RUNNER, "        if return_logprob and not self._uses_eager_prefill_tail():",
+          "        if return_logprob and self._uses_eager_prefill_tail() is None:")],
+        MULTIMODAL, "admission", ["return_logprob"], ['"return_logprob": true']),
+    # chunked prefix: an off-by-one in the chunk lengths, so every full chunk drops its last cached token.
+    "prefix_chunk_len_off_by_one": (
+        [(RUNNER, "            min=0, max=self._prefix_chunk_len\n", "            min=0, max=self._prefix_chunk_len - 1\n")],
+        "test_full_chunked_prefix", "eager-equality", ["not bit-equal to eager"], []),
+    # chunked prefix: the replay reuses the chunk buffers the capture (or the previous replay) left.
+    "prefix_buffers_not_refreshed": (
+        [(RUNNER, "            if shape_key.variant_label is not None:\n"
+                  "                self._prepare_chunked_prefix_replay(shape_key, forward_batch)\n", "")],
+        "test_full_chunked_prefix", "eager-equality", ["not bit-equal to eager"], []),
+    # dynamic dimensions: the ForwardBatch's tensors are left static, so each token count traces again.
+    "forward_batch_not_marked_dynamic": (
+        [(COMPILE, '        _mark_dynamic_forward_batch(ba.arguments.get("forward_batch"))', "        pass")],
+        "test_piecewise_forward_modes", "no-recompile", ["compile pass traced", "forward_batch.out_cache_loc"], []),
+    # dynamic dimensions: only multi-dimensional ForwardBatch tensors marked (1-D ones such as out_cache_loc kept).
+    "forward_batch_vectors_left_static": (
+        [(COMPILE, "        if not isinstance(value, torch.Tensor) or value.ndim == 0:",
+          "        if not isinstance(value, torch.Tensor) or value.ndim <= 1:")],
+        "test_piecewise_forward_modes", "no-recompile", ["compile pass traced", "size mismatch"], []),
+    # out_cache_loc: the static slot's padded tail is kept, not zeroed, so padding tokens write KV into slots an
+    # earlier, larger batch used (another request's cache).
+    "out_cache_loc_padding_kept": (
+        [(REGISTRY, OUT_CACHE_LOC_SLOT + "            padding_policy=PaddingPolicy.ZERO,\n        ),\n    ]\n"
+                    "    if register_input_embeds is None:",
+          OUT_CACHE_LOC_SLOT + "            padding_policy=PaddingPolicy.KEEP_PAD,\n        ),\n    ]\n"
+                               "    if register_input_embeds is None:")],
+        "test_piecewise_forward_modes", "eager-equality", ["not bit-equal to eager"], []),
+}
+
+
 def _first_failure(report_dir) -> dict:
     failures = failure_records(report_dir)
     assert failures, "the suite failed without writing a failure record"
@@ -81,27 +157,41 @@ def _first_failure(report_dir) -> dict:
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
     edits, oracle, in_diagnosis, in_details = MUTANTS[name]
-    code, output = run_suite_on_mutant(SUITE, name, edits, tmp_path, timeout=900)
+    failure = _detected(name, edits, tmp_path, ())
+    _check_diagnosis(failure, oracle, in_diagnosis, in_details)
+    assert failure["sglang_mutant"] == name and failure["test"] in failure["replay"]
+
+
+@pytest.mark.parametrize("name", sorted(PATH_MUTANTS))
+def test_path_mutant_fails_its_test_with_its_diagnosis(name, tmp_path):
+    edits, selection, oracle, in_diagnosis, in_details = PATH_MUTANTS[name]
+    failure = _detected(name, edits, tmp_path, ("-k", selection))
+    assert selection in failure["test"], failure
+    _check_diagnosis(failure, oracle, in_diagnosis, in_details)
+
+
+def _detected(name: str, edits, tmp_path, extra: tuple) -> dict:
+    """The first failure of the suite on mutant `name` (which must fail it)."""
+    code, output = run_suite_on_mutant(SUITE, name, edits, tmp_path, extra=extra, timeout=900)
     assert code == 1, f"mutant {name} was not detected (exit {code}):\n{output[-3000:]}"
-    failure = _first_failure(tmp_path)
+    return _first_failure(tmp_path)
+
+
+def _check_diagnosis(failure: dict, oracle: str, in_diagnosis, in_details) -> None:
     assert failure["oracle"] == oracle, failure
     for text in in_diagnosis:
         assert text in failure["diagnosis"], (text, failure)
     details = json.dumps(failure["details"])
     for text in in_details:
         assert text in details, (text, failure)
-    assert failure["sglang_mutant"] == name and failure["test"] in failure["replay"]
 
 
 @pytest.mark.parametrize("name", sorted(STATEFUL_MUTANTS))
 def test_stateful_machine_finds_carried_state(name, tmp_path):
-    edits, oracle, in_diagnosis, in_details = STATEFUL_MUTANTS[name]
-    code, output = run_suite_on_mutant(SUITE, name, edits, tmp_path, extra=("-k", "PrefillMachine"), timeout=900)
-    assert code == 1, f"stateful machine missed mutant {name} (exit {code}):\n{output[-3000:]}"
-    failure = _first_failure(tmp_path)
-    assert failure["oracle"] == oracle and "PrefillMachine" in failure["test"], failure
-    for text in in_diagnosis:
-        assert text in failure["diagnosis"], (text, failure)
+    edits, oracle, in_diagnosis, _ = STATEFUL_MUTANTS[name]
+    failure = _detected(name, edits, tmp_path, ("-k", "PrefillMachine"))
+    assert "PrefillMachine" in failure["test"], failure
+    _check_diagnosis(failure, oracle, in_diagnosis, [])
 
 
 def test_clean_sglang_passes(tmp_path):

@@ -75,3 +75,26 @@ def test_process_state_oracle():
     check_at_rest({"flag": (lambda: False, False), "stream": (lambda: None, None)})
     with pytest.raises(OracleFailure, match="stream"):
         check_at_rest({"flag": (lambda: False, False), "stream": (lambda: object(), None)})
+
+
+def test_admission_arithmetic():
+    """What the graphs must not serve, from the case and the batch alone (no SGLang forward)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from harness.targets.prefill import Batch, PrefillCase, Request
+    from harness.targets.prefill.admission import must_run_eager
+
+    extend = ForwardMode.EXTEND
+    text = Batch((Request(1, (3, 5)), Request(2, (4,), prefix=2, history=(1, 2))), extend, extend)
+    tc, full = PrefillCase(capture_tokens=(4, 8, 16)), PrefillCase(backend="full", capture_tokens=(4, 8, 16))
+    assert must_run_eager(tc, text) is None and must_run_eager(full, text) is None
+    image = Batch((Request(1, (3, 5), embeds=((1, 2), (3, 4))),), extend, extend)
+    cases = [(tc, Batch((Request(1, tuple(range(17))),), extend, extend), "exceed the largest capture (16)"),
+             (tc, image, "input_embeds"),
+             (tc, Batch(text.requests, extend, extend, capture_hidden_mode="FULL"), "capture_hidden_mode=FULL"),
+             (tc, Batch(text.requests, extend, extend, return_logprob=True), "return_logprob"),
+             (full, Batch(tuple(Request(row, (1,)) for row in range(1, 6)), extend, extend), "5 requests")]
+    for case, batch, text_in_reason in cases:
+        assert text_in_reason in (must_run_eager(case, batch) or ""), (case, batch)
+    breakable = PrefillCase(backend="breakable", capture_tokens=(4, 8, 16))
+    assert must_run_eager(breakable, Batch(text.requests, extend, extend, return_logprob=True)) is None

@@ -2,34 +2,44 @@
 
 Shapes: hidden size 2, vocabulary 4, `NUM_LAYERS` = 2 layers. For a token at flat row t:
 
-    h0[t]      = (input_ids[t], positions[t])                       # column 0: token id, column 1: position
+    e[t]       = input_embeds[t] if the batch carries embeddings, else (input_ids[t], 0)   # the embedding
+    p[t]       = positions[t], or for the multimodal (mRoPE) model sum over the 3 axes of mrope_positions[:, t]
+    h0[t]      = e[t] + (0, p[t])
     per layer l:
       x[t]     = h[t] + 1                                            # the "pre-attention" step (compiled piece)
+      write x[t] to KV slot out_cache_loc[t] (read inside the compiled region, handed to the split op)
       a[t]     = sum of x over the request's tokens up to and including t, the cached prefix included
                                                                      # the attention split op (eager)
       h[t]     = h[t] + a[t]
     logits[r, v] = (v + 1) * (h[last token of request r, 0] + h[last, 1])   # the eager LM-head tail
 
-So a single request of ids (3, 5) at positions (0, 1) gives, layer 1: x = (4, 1), (6, 2); a = (4, 1),
+So a single text request of ids (3, 5) at positions (0, 1) gives, layer 1: x = (4, 1), (6, 2); a = (4, 1),
 (10, 3); h = (7, 1), (15, 4); layer 2: x = (8, 2), (16, 5); a = (8, 2), (24, 7); h = (15, 3), (39, 11);
-logits = (v + 1) * 50.  `reference_logits` computes exactly this in plain Python.
+logits = (v + 1) * 50.  `reference_logits` computes exactly this in plain Python from `initial_hidden`.
+mRoPE positions of a request are its text positions shifted per axis (`mrope_delta`, as an image's grid shifts
+Qwen2-VL's), so p[t] = 3 * position + sum(mrope_delta): a stale or 1-D position in the body changes the numbers.
 
 What it exercises, the way SGLang's own layers do:
 - The attention is a split op registered with SGLang's `register_custom_op` + `register_split_op` (as
   `nemotron_mamba2_with_output` is), so SGLang's piecewise backend splits the compiled graph there and the
   op runs eagerly between captured pieces; it reads per-batch metadata that the attention backend double
-  (`harness.targets.prefill.base.HarnessAttnBackend`) prepared out of graph, and the KV cache (written at
-  `out_cache_loc`, read through `req_to_token`), so stale metadata or stale static buffers change numbers.
-  Under the breakable backend it is an eager break (`eager_on_graph`), as SGLang's models mark theirs.
-- The compiled body reads `forward_batch.forward_mode` (prefill or decode code path, as attention layers
-  dispatch) and `forward_batch.global_forward_mode` (the batch-wide mode, as DeepSeek-V4's two-batch-overlap
-  check reads it). Both code paths compute the same numbers, so a batch replayed under the wrong mode is
-  numerically silent, exactly like known bug 2: Dynamo's guards on these two fields are what catch it.
+  (`harness.targets.prefill.base.HarnessAttnBackend`) prepared out of graph, and the KV cache (written at the
+  `out_cache_loc` the compiled body passes it, read through `req_to_token`), so stale metadata or stale static
+  buffers change numbers. Under the breakable backend it is an eager break (`eager_on_graph`), as SGLang's models
+  mark theirs.
+- The compiled body reads, from its arguments and the ForwardBatch, what real models and attention layers read:
+  positions (1-D, or mRoPE `[3, T]` whose token axis is the last), `input_embeds` `[T, 2]`, `out_cache_loc`,
+  `forward_batch.forward_mode` (prefill or decode code path, as attention layers dispatch) and
+  `forward_batch.global_forward_mode` (the batch-wide mode, as DeepSeek-V4's two-batch-overlap check reads it).
+  Both mode code paths compute the same numbers, so a batch replayed under the wrong mode is numerically silent,
+  exactly like known bug 2: Dynamo's guards on these two fields are what catch it.
+- The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, embeddings
+  computed outside the language model and handed to it as `input_embeds` (the batch's own for image requests).
 - No LoRA adapters: the model has no LoRA layers (`supports_lora = False`).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -81,9 +91,11 @@ def bind_sglang_hooks(*, attn_backend=None, in_breakable=None, eager_on_graph=No
             _hooks[name] = value
 
 
-def _attention_kernel(x: torch.Tensor, output: torch.Tensor, layer_id: int) -> None:
-    """The attention body: reads the metadata the attention backend prepared for this batch (out of graph)."""
-    _hooks["attn_backend"]().harness_attend(x, output, layer_id)
+def _attention_kernel(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
+                      prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
+    """The attention body: writes x at `slots`, reads the metadata the attention backend prepared for this batch
+    (out of graph) and, in a chunked-prefix full graph, the prefix chunk buffers."""
+    _hooks["attn_backend"]().harness_attend(x, output, slots, layer_id, prefix_kv_indices, prefix_cu_seq_lens)
 
 
 def register_attention_op():
@@ -98,8 +110,10 @@ def register_attention_op():
 
     from harness.devices.custom_ops import add_cpu_kernel
 
-    def harness_prefill_attention(x: torch.Tensor, output: torch.Tensor, layer_id: int) -> None:
-        _attention_kernel(x, output, layer_id)
+    def harness_prefill_attention(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
+                                  prefix_kv_indices: List[torch.Tensor],
+                                  prefix_cu_seq_lens: Optional[torch.Tensor]) -> None:
+        _attention_kernel(x, output, slots, layer_id, prefix_kv_indices, prefix_cu_seq_lens)
 
     op = register_custom_op(mutates_args=["output"])(register_split_op()(harness_prefill_attention))
     add_cpu_kernel(ATTENTION_OP, harness_prefill_attention)
@@ -127,11 +141,29 @@ class PrefillLayer(nn.Module):
             x = x * 1.0  # batch-wide prefill: same numbers
         output = torch.empty_like(x)
         op, breakable = register_attention_op()
+        slots = forward_batch.out_cache_loc
+        # A chunked-prefix full capture's batch carries the runner's prefix chunk buffers (SGLang sets them as
+        # attributes; absent elsewhere): attention reads the cached prefix through them, as real backends do.
+        prefix = (list(getattr(forward_batch, "prefix_chunk_kv_indices", None) or ()),
+                  getattr(forward_batch, "prefix_chunk_cu_seq_lens", None))
         if breakable is not None and _hooks["in_breakable"]():
-            breakable(x, output, self.layer_id)
+            breakable(x, output, slots, self.layer_id, *prefix)
         else:
-            op(x, output, self.layer_id)
+            op(x, output, slots, self.layer_id, *prefix)
         return h + output
+
+
+def embed_tokens(input_ids: torch.Tensor) -> torch.Tensor:
+    """The token embedding: id v -> (v, 0)."""
+    ids = input_ids.to(torch.float32)
+    return torch.stack([ids, torch.zeros_like(ids)], dim=-1)
+
+
+class TokenEmbedding(nn.Module):
+    """`get_input_embeddings()`: what SGLang calls to embed a text batch for the input_embeds slot."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return embed_tokens(input_ids)
 
 
 class PrefillModel(nn.Module):
@@ -144,7 +176,9 @@ class PrefillModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
-        h = torch.stack([input_ids.to(torch.float32), positions.to(torch.float32)], dim=-1)
+        position = (positions.sum(dim=0) if positions.dim() == 2 else positions).to(torch.float32)
+        embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
+        h = embedded + torch.stack([torch.zeros_like(position), position], dim=-1)
         for layer in self.layers:
             h = layer(h, forward_batch)
         return h
@@ -157,21 +191,34 @@ class PrefillForCausalLM(nn.Module):
     supports_lora = False
     shared_experts_config = None
 
-    def __init__(self, num_layers: int = NUM_LAYERS):
+    def __init__(self, num_layers: int = NUM_LAYERS, multimodal: bool = False):
         super().__init__()
         register_attention_op()
         self.model = PrefillModel(num_layers)
+        self.embed = TokenEmbedding()
+        self.is_mrope_enabled = multimodal
         self.register_buffer("lm_head", torch.arange(1, VOCAB + 1, dtype=torch.float32).repeat(HIDDEN, 1))
         self.quant_config = None
 
     def get_input_embeddings(self):
-        return None
+        return self.embed
 
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, **kwargs):
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                input_embeds: Optional[torch.Tensor] = None, **kwargs):
+        """As SGLang's VLM wrappers (`general_mm_embed_routine`): mRoPE positions from the batch, embeddings
+        computed here (or the batch's) and copied into the batch's `input_embeds` buffer when it has one."""
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
-        hidden = self.model(input_ids, positions, forward_batch)
+        if self.is_mrope_enabled:
+            if forward_batch.mrope_positions is not None:
+                positions = forward_batch.mrope_positions
+            if input_embeds is None:
+                input_embeds = self.embed(input_ids)
+            if forward_batch.input_embeds is not None:  # the graph's static slot: address-stable, as mm_utils does
+                forward_batch.input_embeds.copy_(input_embeds)
+                input_embeds = forward_batch.input_embeds
+        hidden = self.model(input_ids, positions, forward_batch, input_embeds=input_embeds)
         if forward_batch.forward_mode.is_decode_or_idle() or forward_batch.extend_seq_lens is None:
             last = torch.arange(forward_batch.batch_size, device=hidden.device)
         else:
@@ -179,17 +226,30 @@ class PrefillForCausalLM(nn.Module):
         return LogitsProcessorOutput(next_token_logits=hidden[last] @ self.lm_head)
 
 
-def reference_logits(requests: Sequence[tuple[Sequence[int], int]], num_layers: int = NUM_LAYERS
+def initial_hidden(tokens: Sequence[int], embeds: Optional[Sequence[Sequence[float]]] = None,
+                   mrope_delta: Optional[Sequence[int]] = None) -> list[list[float]]:
+    """h0 of one request's whole sequence (positions 0..len-1), from the module docstring: e + (0, p).
+    `embeds`: the request's own embeddings (one pair per token) in place of (id, 0); `mrope_delta`: the per-axis
+    shifts of its mRoPE positions (None: a text model, p = position)."""
+    rows = []
+    for position, token in enumerate(tokens):
+        e0, e1 = embeds[position] if embeds is not None else (float(token), 0.0)
+        p = position if mrope_delta is None else sum(position + d for d in mrope_delta)
+        rows.append([float(e0), float(e1) + float(p)])
+    return rows
+
+
+def reference_logits(requests: Sequence[Sequence[Sequence[float]]], num_layers: int = NUM_LAYERS
                      ) -> list[list[float]]:
     """The model's logits computed in plain Python from the formula in the module docstring.
 
-    `requests`: per request, (every token id of the sequence so far, prefix length already in the KV
-    cache). Positions are 0.. len-1. The cached prefix holds what this model wrote when it computed those
-    tokens, so computing the whole sequence causally gives the same numbers as chunked prefill.
+    `requests`: per request, h0 of every token of the sequence so far (`initial_hidden`). The cached prefix holds
+    what this model wrote when it computed those tokens, so computing the whole sequence causally gives the same
+    numbers as chunked prefill.
     """
     out = []
-    for tokens, _prefix in requests:
-        h = [[float(token), float(position)] for position, token in enumerate(tokens)]
+    for rows in requests:
+        h = [list(row) for row in rows]
         for _ in range(num_layers):
             x = [[h0 + 1.0, h1 + 1.0] for h0, h1 in h]
             running = [0.0, 0.0]

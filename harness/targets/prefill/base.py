@@ -37,6 +37,12 @@ class Layout:
             return f"SGLang {sglang_version()} ({self.name}) has no {backend!r} prefill backend"
         return self.target_class.backend_gap(backend, device)
 
+    def multimodal_gap(self) -> Optional[str]:
+        return self.target_class.multimodal_gap()
+
+    def chunked_prefix_gap(self) -> Optional[str]:
+        return self.target_class.chunked_prefix_gap()
+
 
 @dataclasses.dataclass(frozen=True)
 class PrefillCase:
@@ -47,6 +53,8 @@ class PrefillCase:
     max_context: int = 64  # req_to_token_pool columns
     full_prefill_max_req: int = 4
     capture_mode: str = "auto"  # virtual device: "record" | "rerun" | "auto" (record for eager, rerun for inductor)
+    multimodal: bool = False  # a VLM: mRoPE positions, embeddings handed to the language model, input_embeds slot
+    prefix_chunk_tokens: Optional[int] = None  # full only: chunked-prefix capture, aggregate tokens per prefix chunk
 
     @property
     def device_capture_mode(self) -> str:
@@ -85,14 +93,15 @@ def make_attention_backend_class():
     class HarnessAttnBackend(AttentionBackend):
         """Attention backend double. Out of graph, for every batch (`init_forward_metadata[_out_graph]`, as
         SGLang's backends do), it writes the batch's metadata into its own capture-stable buffers: per flat token
-        the `req_to_token` row, the position (-1 for padding) and the KV slot to write. The attention split op
-        (`harness_attend`) computes from those buffers with fixed-shape tensor ops only, so the same code is right
-        when it runs eagerly between pieces (tc_piecewise, breakable) and when a full graph captured it."""
+        the `req_to_token` row and the position (-1 for padding). The attention split op (`harness_attend`) writes
+        the KV at the slots the compiled body hands it (`out_cache_loc`) and computes from those buffers with
+        fixed-shape tensor ops only, so the same code is right when it runs eagerly between pieces (tc_piecewise,
+        breakable) and when a full graph captured it."""
 
         dllm_attention = None
         prefill_cuda_graph_default_max_seq_len = None
         supports_prefill_cuda_graph_max_context_size = False
-        supports_full_cuda_graph_chunked_prefix = False
+        supports_full_cuda_graph_chunked_prefix = True
         use_captured_forward_metadata_for_breakable_cuda_graph = False
         skips_prefill_metadata_on_idle_dp_rank = False
 
@@ -105,7 +114,8 @@ def make_attention_backend_class():
             max_tokens, device = kv.num_slots, kv.device
             self.token_row = torch.zeros(max_tokens, dtype=torch.int64, device=device)
             self.token_position = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
-            self.write_slot = torch.full((max_tokens,), PAD_SLOT, dtype=torch.int64, device=device)
+            self.token_request = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # index in the batch
+            self.token_prefix = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # its request's prefix
             self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
@@ -126,30 +136,58 @@ def make_attention_backend_class():
                 new = [int(n) for n in forward_batch.extend_seq_lens[:bs].tolist()]
             else:
                 new = [1] * bs
-            token_row, token_position = [], []
-            for row, seq_len, count in zip(rows, seq_lens, new):
+            token_row, token_position, token_request, token_prefix = [], [], [], []
+            for index, (row, seq_len, count) in enumerate(zip(rows, seq_lens, new)):
                 token_row += [row] * count
                 token_position += range(seq_len - count, seq_len)
+                token_request += [index] * count
+                token_prefix += [seq_len - count] * count
             n = len(token_row)
             self.token_row.zero_()
             self.token_position.fill_(-1)
-            self.write_slot.fill_(PAD_SLOT)
+            self.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
+            self.token_prefix.zero_()
             if n:
                 self.token_row[:n] = torch.tensor(token_row, dtype=torch.int64, device=self.kv.device)
                 self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64, device=self.kv.device)
-                self.write_slot[:n] = forward_batch.out_cache_loc[:n].to(torch.int64)
+                self.token_request[:n] = torch.tensor(token_request, dtype=torch.int64, device=self.kv.device)
+                self.token_prefix[:n] = torch.tensor(token_prefix, dtype=torch.int64, device=self.kv.device)
             self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
 
-        def harness_attend(self, x: torch.Tensor, output: torch.Tensor, layer_id: int) -> None:
-            """output[t] = sum of the cached x over positions 0..position(t) of token t's request."""
+        def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
+                           prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
+            """KV[slots[t]] = x[t] (padding writes PAD_SLOT); output[t] = sum of the cached x over positions
+            0..position(t) of token t's request. With a chunked-prefix full graph's buffers (`prefix_*`, what the
+            captured body hands the op) the cached prefix is read through them, the new tokens through
+            req_to_token."""
             t = x.shape[0]
             values = self.kv.values[layer_id]
-            values.index_copy_(0, self.write_slot[:t], x)
+            values.index_copy_(0, slots[:t].to(torch.int64), x)
             values[PAD_SLOT].zero_()
             slots = self.kv.req_to_token.index_select(0, self.token_row[:t]).to(torch.int64)  # (t, context)
             visible = self.context.unsqueeze(0) <= self.token_position[:t].unsqueeze(1)  # (t, context)
+            if prefix_kv_indices:  # the prefix comes from SGLang's chunk buffers, not req_to_token
+                visible = visible & (self.context.unsqueeze(0) >= self.token_prefix[:t].unsqueeze(1))
             gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
             output.copy_((gathered * visible.unsqueeze(-1)).sum(dim=1))
+            if prefix_kv_indices:
+                sums = self._prefix_sums(values, prefix_kv_indices, prefix_cu_seq_lens)
+                output.add_(sums.index_select(0, self.token_request[:t]))
+
+        @staticmethod
+        def _prefix_sums(values: torch.Tensor, kv_indices, cu_seq_lens: torch.Tensor) -> torch.Tensor:
+            """Per request slot (plus one for padding), the sum of its cached prefix KV, read chunk by chunk
+            through the KV indices SGLang's `create_chunked_prefix_cache_kv_indices` wrote (entries past a chunk's
+            last request are slot 0, PAD_SLOT, whose values are zero)."""
+            slots = cu_seq_lens.shape[1] - 1
+            sums = torch.zeros((slots + 1, values.shape[1]), dtype=values.dtype, device=values.device)
+            for chunk, chunk_indices in enumerate(kv_indices):
+                indices = chunk_indices.to(torch.int64)
+                ends = cu_seq_lens[chunk, 1:].to(torch.int64)
+                entry = torch.arange(indices.shape[0], device=values.device)
+                owner = torch.searchsorted(ends, entry, right=True)  # request slot of each entry (slots: none)
+                sums.index_add_(0, owner, values.index_select(0, indices))
+            return sums
 
         def forward_extend(self, *args, **kwargs):  # the model's attention never goes through here
             raise NotImplementedError("the harness model attends through its split op")
@@ -167,6 +205,8 @@ class Request:
     tokens: tuple[int, ...]
     prefix: int = 0
     history: tuple[int, ...] = ()  # the `prefix` token ids already cached (for the by-hand reference)
+    embeds: Optional[tuple[tuple[int, int], ...]] = None  # an image request's own embeddings, one per new token
+    mrope_delta: tuple[int, int, int] = (0, 0, 0)  # per-axis shift of its mRoPE positions (multimodal model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,17 +214,21 @@ class Batch:
     requests: tuple[Request, ...]
     forward_mode: Any  # ForwardMode
     global_forward_mode: Any = None  # ForwardMode or None
+    capture_hidden_mode: str = "NULL"  # CaptureHiddenMode name: hidden states the caller wants back
+    return_logprob: bool = False
 
     @property
     def num_tokens(self) -> int:
         return sum(len(r.tokens) for r in self.requests)
 
 
-def build_forward_batch(batch: Batch, kv: KvCache, translator=None):
-    """The ForwardBatch the scheduler would hand the model runner for `batch` (KV slots bound per request)."""
+def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bool = False):
+    """The ForwardBatch the scheduler would hand the model runner for `batch` (KV slots bound per request);
+    `mrope`: a multimodal model's batch, with mRoPE positions `[3, T]` (position + the request's delta per axis)
+    and, when a request brings its own embeddings, `input_embeds` `[T, 2]` (others embedded as (id, 0))."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch
 
-    input_ids, positions, out_cache_loc = [], [], []
+    input_ids, positions, out_cache_loc, mrope_positions, embeds = [], [], [], [], []
     seq_lens, prefix_lens, extend_lens, starts = [], [], [], []
     for request in batch.requests:
         seq_len = request.prefix + len(request.tokens)
@@ -195,6 +239,8 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None):
             input_ids.append(token)
             positions.append(position)
             out_cache_loc.append(kv.slot(request.row, position))
+            mrope_positions.append([position + d for d in request.mrope_delta])
+            embeds.append(request.embeds[offset] if request.embeds is not None else (token, 0))
         seq_lens.append(seq_len)
         prefix_lens.append(request.prefix)
         extend_lens.append(len(request.tokens))
@@ -205,7 +251,7 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None):
         forward_mode=batch.forward_mode, batch_size=bs, input_ids=tensor(input_ids),
         req_pool_indices=tensor([r.row for r in batch.requests]), seq_lens=tensor(seq_lens),
         orig_seq_lens=tensor(seq_lens), seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int64), out_cache_loc=tensor(out_cache_loc),
-        seq_lens_sum=sum(seq_lens), positions=tensor(positions), return_logprob=False,
+        seq_lens_sum=sum(seq_lens), positions=tensor(positions), return_logprob=batch.return_logprob,
         extend_num_tokens=len(input_ids) if is_extend else None,
         extend_seq_lens=tensor(extend_lens) if is_extend else None,
         extend_prefix_lens=tensor(prefix_lens) if is_extend else None,
@@ -213,8 +259,11 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None):
         extend_prefix_lens_cpu=prefix_lens if is_extend else None,
         extend_seq_lens_cpu=extend_lens if is_extend else None,
         extend_logprob_start_lens_cpu=extend_lens if is_extend else None,
-        capture_hidden_mode=CaptureHiddenMode.NULL, global_forward_mode=batch.global_forward_mode,
-        spec_algorithm=None, spec_info=None, encoder_lens=None,
+        capture_hidden_mode=CaptureHiddenMode[batch.capture_hidden_mode],
+        global_forward_mode=batch.global_forward_mode, spec_algorithm=None, spec_info=None, encoder_lens=None,
+        mrope_positions=tensor(mrope_positions).reshape(-1, 3).T.contiguous() if mrope else None,
+        input_embeds=(torch.tensor(embeds, dtype=torch.float32, device=kv.device).reshape(-1, 2)
+                      if any(r.embeds is not None for r in batch.requests) else None),
     )
     if translator is not None and hasattr(translator, "own_plan"):
         # what ForwardBatch.init_new does from 0.5.2x: the iteration's KV write plan
@@ -240,6 +289,19 @@ class PrefillTarget:
     @classmethod
     def backend_gap(cls, backend: str, device: str) -> Optional[str]:
         return None
+
+    def close(self) -> None:
+        """Undo what the target patched for its lifetime (nothing by default)."""
+
+    @classmethod
+    def chunked_prefix_gap(cls) -> Optional[str]:
+        """Why this release's runner has no chunked-prefix full capture (None: it has)."""
+        return f"the {cls.__module__} target drives no chunked-prefix capture"
+
+    @classmethod
+    def multimodal_gap(cls) -> Optional[str]:
+        """Why this release's runner cannot take the multimodal model (None: it can)."""
+        return f"the {cls.__module__} target builds no multimodal batches"
 
     def forward(self, batch: Batch):
         raise NotImplementedError

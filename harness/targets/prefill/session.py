@@ -23,30 +23,58 @@ import torch
 
 from harness.counter import counter
 from harness.devices import get_device
-from harness.models.prefill_model import NUM_LAYERS, reference_logits
+from harness.models.prefill_model import NUM_LAYERS, initial_hidden, reference_logits
 from harness.oracles import OracleFailure
 from harness.oracles.capture_stream import CaptureStreamWatcher
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.graph_replay import ORACLE as GRAPH_REPLAY, check_eager_forward, check_graph_forward, replay_delta
 from harness.oracles.process_state import check_at_rest
-from harness.oracles.recompile import RecompileWatcher
+from harness.oracles.recompile import ORACLE as RECOMPILE, RecompileWatcher
 from harness.targets import prefill
+from harness.targets.prefill.admission import must_run_eager
 from harness.targets.prefill.base import Batch, PrefillCase, Request
+from harness.targets.sglang_plumbing import load
+from harness.versions import sglang_version
 
 # Modes whose graph replay must equal an EXTEND capture (the runner normalises MIXED to EXTEND).
 GRAPH_MODES = ("EXTEND", "MIXED")
+ADMISSION = "admission"
 
 
-def expected_capture(case: PrefillCase) -> tuple[list[int], int]:
-    """(token counts the runner must capture, graphs per token count), from the case alone.
+def expected_capture(case: PrefillCase) -> tuple[list[int], int, int]:
+    """(token counts the runner must capture, graphs one forward replays, graphs per token count), from the case.
 
     Sizes: the configured grid, each once (`sorted(set(capture_tokens))`: (4, 8, 16) -> [4, 8, 16]).
-    Graphs per size: the model has NUM_LAYERS attention split ops; tc_piecewise and breakable cut the body there,
-    so NUM_LAYERS + 1 pieces each capture one graph (2 layers: 3 graphs); full captures the body whole (1).
+    Graphs per forward: the model has NUM_LAYERS attention split ops; tc_piecewise and breakable cut the body
+    there, so NUM_LAYERS + 1 pieces each capture one graph (2 layers: 3 graphs); full captures the body whole (1).
+    Graphs per size: those of one forward, times 1 + the chunked-prefix variants when the case captures chunked
+    prefixes (`prefix_variants`; each variant is a full graph of its own).
     Example: tc_piecewise over (4, 8, 16): 3 sizes x 3 pieces = 9 graphs at capture, 3 replays per graph forward.
     """
-    per_size = 1 if case.backend == "full" else NUM_LAYERS + 1
-    return sorted(set(case.capture_tokens)), per_size
+    per_forward = 1 if case.backend == "full" else NUM_LAYERS + 1
+    variants = len(prefix_variants(case)) if case.backend == "full" and case.prefix_chunk_tokens is not None else 0
+    return sorted(set(case.capture_tokens)), per_forward, per_forward * (1 + variants)
+
+
+def prefix_variants(case: PrefillCase) -> tuple[int, ...]:
+    """Chunk counts a chunked-prefix full capture records: the geometric set 1, 2, 4, 8, 16, keeping n only while
+    n // 2 chunks cannot already cover the longest addressable prefix (`max_context`). A chunk holds
+    prefix_chunk_tokens // full_prefill_max_req tokens per request. Example: 64 tokens over 4 slots -> 16 per
+    request; a 64-token context needs 4 chunks -> variants (1, 2, 4)."""
+    per_request = max(min(case.prefix_chunk_tokens, case.max_context * case.full_prefill_max_req)
+                      // case.full_prefill_max_req, 1)
+    needed = -(-case.max_context // per_request)
+    return tuple(n for n in (1, 2, 4, 8, 16) if n // 2 < needed)
+
+
+def one_trace_gap() -> Optional[str]:
+    """Why the installed SGLang does not promise one compile-pass trace for every token count (None: it does).
+    From 0.5.19 `install_torch_compiled` marks the ForwardBatch's tensors dynamic too; before, a model reading
+    them in the compiled region traces once per captured token count (all during the compile pass)."""
+    if hasattr(load("sglang.srt.compilation.compile"), "_mark_dynamic_forward_batch"):
+        return None
+    return (f"one trace per token count not checked: SGLang {sglang_version()} has no "
+            "compile._mark_dynamic_forward_batch (its ForwardBatch tensors stay static)")
 
 
 @dataclasses.dataclass
@@ -97,12 +125,15 @@ class PrefillSession:
             self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
             with self.streams.watching_warnings():
                 self.target = self.layout.make_target(case, device.torch_device)
+            self._stack.callback(self.target.close)
             # SGLang's caller (cuda_graph_setup) then reads free memory with empty_cache=True, and cudaFree
             # synchronises the device: the capture stream's eager tail is ordered before the first replay.
             torch.get_device_module(device.torch_device).synchronize()
             self.capture_sizes = list(self.target.runner.capture_num_tokens)
-            self.expected_sizes, self.graphs_per_shape = expected_capture(case)
+            self.expected_sizes, self.graphs_per_forward, self.graphs_per_size = expected_capture(case)
             self.captured = counter.since(opened)["num_graphs_captured"]
+            self.warmup_guards = list(self.recompiles.guard_failures)  # why the compile pass traced again, if it did
+            self.one_trace_gap = one_trace_gap()
             self.recompiles.arm()
             self.probes = self.target.state_probes()
         except BaseException:
@@ -116,10 +147,19 @@ class PrefillSession:
             self._stack.close()
 
     # -- oracles that do not depend on a forward ------------------------------------------------------------
-    def check_capture(self) -> None:
-        """After construction: no capture-stream problem, and the token counts and graphs the case implies."""
+    def check_capture(self, *, one_trace: bool = True) -> None:
+        """After construction: no capture-stream problem, one Dynamo trace for every token count (tc_piecewise:
+        SGLang marks the token and request dimensions dynamic for exactly that), and the token counts and graphs
+        the case implies."""
         self.streams.check("capture")
-        sizes, per_size = self.expected_sizes, self.graphs_per_shape
+        traces = self.recompiles.warmup_compiles
+        if one_trace and not self.one_trace_gap and self.case.backend == "tc_piecewise" and traces != 1:
+            guard = " ".join(self.warmup_guards[-1].split()) if self.warmup_guards else "(no guard failure logged)"
+            raise OracleFailure(RECOMPILE, f"the compile pass traced the model's forward {traces} times over token "
+                                f"counts {self.expected_sizes}; one trace must serve them all (a dimension SGLang "
+                                f"left static or specialised); last failing guard: {guard}",
+                                traces=traces, guards=self.warmup_guards[-3:])
+        sizes, per_size = self.expected_sizes, self.graphs_per_size
         if sorted(self.capture_sizes) != sizes:
             raise OracleFailure(GRAPH_REPLAY, f"the runner captured token counts {sorted(self.capture_sizes)}, "
                                 f"the case configures {sizes} (sorted(set(capture_tokens)))",
@@ -136,13 +176,14 @@ class PrefillSession:
         (the model writes its own KV for those tokens, as the chunk before did)."""
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-        earlier = tuple(Request(r.row, r.history) for r in batch.requests if r.prefix)
+        earlier = tuple(Request(r.row, r.history, mrope_delta=r.mrope_delta) for r in batch.requests if r.prefix)
         if earlier:
             self.target.eager(Batch(earlier, ForwardMode.EXTEND, ForwardMode.EXTEND))
 
     def step(self, batch: Batch, ex=None, *, check_eager: bool = True, reuse_history: bool = False) -> Outcome:
-        """SGLang's dispatch for `batch`, then: no recompile, no capture-stream sighting, the graph path replayed
-        its graphs (or the eager path none), output equal to eager and to the by-hand numbers, state at rest.
+        """SGLang's dispatch for `batch`, then: no recompile, no capture-stream sighting, a batch the graphs cannot
+        serve took the eager path (admission), the graph path replayed its graphs (or the eager path none), output
+        equal to eager and to the by-hand numbers, state at rest.
 
         `reuse_history`: the requests' prefixes are already in the KV cache (an earlier step computed them).
         A failing oracle closes the session: its watchers and compiled state are spoiled for later examples."""
@@ -165,6 +206,11 @@ class PrefillSession:
                 logits, graph_path, _ = self.target.forward(batch)
         except Exception as error:  # noqa: BLE001 - classified below
             self._check_watchers(batch)
+            refused = must_run_eager(self.case, batch) if mode in GRAPH_MODES else None
+            if refused:
+                raise OracleFailure(ADMISSION, f"SGLang raised {type(error).__name__}: {str(error)[:200]} for a "
+                                    f"{mode} batch its admission must send to eager: {refused}",
+                                    **self._batch_details(batch)) from error
             return Outcome("sglang-error", error=error, replay=replay_delta(counter.since(mark)))
         delta = replay_delta(counter.since(mark))
         outcome = Outcome("graph" if graph_path else "eager", logits=logits, replay=delta)
@@ -174,18 +220,30 @@ class PrefillSession:
         context = (f"forward_mode={mode}, global_forward_mode="
                    f"{getattr(batch.global_forward_mode, 'name', None)}, tokens={batch.num_tokens}")
         self._check_watchers(batch)
+        refused = must_run_eager(self.case, batch) if graph_path else None
+        if refused:
+            raise OracleFailure(ADMISSION, f"the {mode} batch replayed the prefill graphs, but {refused}: "
+                                "can_run_graph must send it to eager", **self._batch_details(batch))
         if graph_path:
-            check_graph_forward(delta, self.graphs_per_shape, context=context)
+            check_graph_forward(delta, self.graphs_per_forward, context=context)
         else:
             check_eager_forward(delta, context=context)
         if expected is not None and logits is not None:
             exact = self.case.backend != "tc_piecewise" or self.case.compiler == "eager"
             assert_matches_eager(logits, expected, exact=exact)
             if batch.forward_mode.is_extend() or batch.forward_mode.is_decode():
-                by_hand = torch.tensor(reference_logits(
-                    [(r.history + r.tokens, r.prefix) for r in batch.requests]), dtype=logits.dtype)
+                mrope = self.case.multimodal
+                rows = [initial_hidden(r.history + r.tokens, r.embeds, r.mrope_delta if mrope else None)
+                        for r in batch.requests]
+                by_hand = torch.tensor(reference_logits(rows), dtype=logits.dtype)
                 assert_matches_eager(expected, by_hand)
         return outcome
+
+    @staticmethod
+    def _batch_details(batch: Batch) -> dict:
+        return dict(num_tokens=batch.num_tokens, requests=len(batch.requests),
+                    input_embeds=any(r.embeds is not None for r in batch.requests),
+                    capture_hidden_mode=batch.capture_hidden_mode, return_logprob=batch.return_logprob)
 
     def _check_watchers(self, batch: Batch) -> None:
         context = (f"forward_mode={batch.forward_mode.name}, global_forward_mode="

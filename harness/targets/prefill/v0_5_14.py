@@ -54,12 +54,14 @@ def publish_config(case: PrefillCase, device: str) -> Any:
     extra = {}
     if "full_prefill_max_req" in fields:  # 0.5.2x; 0.5.14's PhaseConfig has no such field
         extra["full_prefill_max_req"] = case.full_prefill_max_req if case.backend == "full" else None
+    if case.prefix_chunk_tokens is not None:  # chunked-prefix full capture (0.5.2x)
+        extra["full_prefill_prefix_chunk_tokens"] = case.prefix_chunk_tokens
     prefill = PhaseConfig(backend=backend, bs=list(case.capture_tokens), **extra)
     server_args = ServerArgs(
         model_path="dummy", device=device,
         cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="disabled"), prefill=prefill),
         max_running_requests=case.max_requests, chunked_prefill_size=max(case.capture_tokens),
-        disable_radix_cache=True, disable_chunked_prefix_cache=True,
+        disable_radix_cache=True, disable_chunked_prefix_cache=case.prefix_chunk_tokens is None,
     )
     if not publish_server_args(server_args):
         # 0.5.14 to 0.5.1x and main trees without runtime_context: no published config namespaces; the runner
@@ -107,7 +109,8 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
                                 max_source_positions=0)
     model_config = SimpleNamespace(
         is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32, hf_config=hf_config,
-        hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1], is_multimodal=False,
+        hf_text_config=hf_config, attention_arch=None, context_len=kv.req_to_token.shape[1],
+        is_multimodal=case.multimodal,
         hc_hidden_size=None, num_hidden_layers=NUM_LAYERS)
     pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0)
     attributes = dict(
@@ -135,7 +138,7 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
     attributes["tp_group"] = parallel_state.get_tp_group()  # read off the runner up to 0.5.19
     # Plain attributes up to 0.5.1x that later releases derive (properties there): set only where the class
     # does not define them.
-    for name, value in dict(is_multimodal=False, is_hybrid_swa=False, is_hybrid=False, tp_size=1, tp_rank=0,
+    for name, value in dict(is_multimodal=case.multimodal, is_hybrid_swa=False, is_hybrid=False, tp_size=1, tp_rank=0,
                             pp_size=1, dp_size=1, moe_ep_rank=0, moe_ep_size=1, page_size=1,
                             token_to_kv_pool_allocator=None, forward_pass_id=0, eplb_manager=None,
                             graph_runner=None, piecewise_cuda_graph_runner=None).items():
@@ -173,15 +176,47 @@ def _tc_piecewise_resolution(case: PrefillCase):
         yield
 
 
+def _runner_lacks(name: str, what: str) -> Optional[str]:
+    """Why the installed runner cannot drive `what`: it has no method `name` (None: it has)."""
+    if hasattr(load(RUNNER_MODULE, "PrefillCudaGraphRunner"), name):
+        return None
+    return f"SGLang {sglang_version()}: PrefillCudaGraphRunner has no {name} ({what})"
+
+
+class _InterpretedKernel:
+    """One of SGLang's Triton kernels run by Triton's own CPU interpreter: the virtual device has no Triton driver.
+    Launched as SGLang launches it (`kernel[grid](*args)`); `tl.cdiv` is interpreted too while it runs."""
+
+    def __init__(self, kernel):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self.interpreted = InterpretedFunction(kernel.fn)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            import triton.language as tl
+            from triton.runtime.interpreter import InterpretedFunction
+
+            with mock.patch.object(tl, "cdiv", InterpretedFunction(tl.cdiv.fn)):
+                return self.interpreted[grid](*args, **kwargs)
+        return launch
+
+
 class Target(PrefillTarget):
     """Publishes config, builds the doubles and constructs the real runner (which compiles and captures)."""
 
     def __init__(self, case: PrefillCase, layout: Layout, device: str = "cpu"):
         super().__init__(case, layout, device)
+        self._patches = contextlib.ExitStack()
+        if device == "cpu" and case.prefix_chunk_tokens is not None:
+            runner_module = load(RUNNER_MODULE)
+            kernel = runner_module.create_chunked_prefix_cache_kv_indices
+            self._patches.enter_context(mock.patch.object(
+                runner_module, "create_chunked_prefix_cache_kv_indices", _InterpretedKernel(kernel)))
         self.server_args = publish_config(case, device)
         ensure_tp_group()
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
-        self.model = PrefillForCausalLM().to(device)
+        self.model = PrefillForCausalLM(multimodal=case.multimodal).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
@@ -214,8 +249,21 @@ class Target(PrefillTarget):
                         "device does not stand in for those, so this backend needs a GPU here")
         return None
 
+    @classmethod
+    def multimodal_gap(cls) -> Optional[str]:
+        """Multimodal replay (the input_embeds slot refreshed from the live embeddings) arrived after 0.5.14."""
+        return _runner_lacks("_fill_input_embeds_slot", "multimodal prefill replay")
+
+    @classmethod
+    def chunked_prefix_gap(cls) -> Optional[str]:
+        """Chunked-prefix full capture arrived in 0.5.2x."""
+        return _runner_lacks("_prepare_chunked_prefix_capture", "chunked-prefix full capture")
+
+    def close(self) -> None:
+        self._patches.close()
+
     def _forward_batch(self, batch: Batch):
-        return build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator)
+        return build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator, mrope=self.case.multimodal)
 
     def forward(self, batch: Batch):
         forward_batch = self._forward_batch(batch)
@@ -226,7 +274,8 @@ class Target(PrefillTarget):
         forward_batch = self._forward_batch(batch)
         self.attn_backend.init_forward_metadata(forward_batch)
         with forward_context(self.attn_backend, forward_batch):
-            return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch).next_token_logits
+            return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch,
+                              input_embeds=forward_batch.input_embeds).next_token_logits
 
     def can_run_graph(self, batch: Batch) -> bool:
         return bool(self.runner.can_run_graph(self._forward_batch(batch)))
