@@ -48,7 +48,7 @@ def test_no_module_imports_a_rebound_name_by_value():
 
 
 def drawn_batches(data, case):
-    return lambda capture_bs: data.draw(replay_batches(capture_bs, lora=case.lora), label="replay batches")
+    return lambda capture_bs: data.draw(replay_batches(case, capture_bs), label="replay batches")
 
 
 def capture_mode_for(case) -> str:
@@ -91,6 +91,22 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
 @given(case=decode_cases(), data=st.data())
 def test_replay_matches_eager_and_patch_model_contract(case, data, device, personality, layout):
     with example("decode_capture", personality=personality, **case.drawn()) as ex:
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
+
+
+@pytest.fixture(scope="module")
+def speculative(layout):
+    missing = layout.speculative_missing()
+    if missing:
+        pytest.skip(missing)
+
+
+@suite_settings(gate_examples=12, shrink_in_gate=False)
+@given(case=decode_cases(speculative=True), data=st.data())
+def test_target_verify_replay_matches_eager(case, data, device, personality, layout, speculative):
+    """EAGLE speculative decoding: TARGET_VERIFY graphs of several tokens per request, replayed with SGLang's own
+    EagleVerifyInput (drawn verify mask, idle inputs for IDLE batches)."""
+    with example("decode_target_verify", personality=personality, **case.drawn()) as ex:
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
 
 

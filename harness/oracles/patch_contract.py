@@ -68,13 +68,15 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captu
             ran=[(e.name, e.num_tokens, e.enable_compile) for e in entries])
     hooks.assert_called(expected, times=len(sizes) * variants,
                         why=f"once per captured size and LoRA variant, personality {personality}")
-    compiled = sorted({e.num_tokens for e in entries if e.enable_compile})
+    width = target.case.tokens_per_request  # patch_model is told tokens: sizes x draft tokens under TARGET_VERIFY
+    compiled = sorted({e.num_tokens // width for e in entries if e.enable_compile})
     if compiled != compile_bs:
         raise OracleFailure(ORACLE, f"`{expected}` was asked to compile sizes {compiled}, expected {compile_bs} "
                                     "(the captured sizes up to torch_compile_max_bs)", capture_bs=sizes)
-    sizes_entered = sorted({e.num_tokens for e in entries})
-    if sizes_entered != sizes:
-        raise OracleFailure(ORACLE, f"`{expected}` was entered for sizes {sizes_entered}, expected {sizes}",
+    tokens_entered = sorted({e.num_tokens for e in entries})
+    if tokens_entered != [s * width for s in sizes]:
+        raise OracleFailure(ORACLE, f"`{expected}` was entered for {tokens_entered} token(s), expected "
+                                    f"{[s * width for s in sizes]} (sizes {sizes} x {width} token(s) per request)",
                             capture_bs=sizes)
     for entry in entries:
         if len(entry.calls) != 3 or entry.calls[-1] != "capture" or "capture" in entry.calls[:-1]:

@@ -19,6 +19,15 @@ RUNNER_MODULE = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
 CONFIG_MODULE = "sglang.srt.model_executor.cuda_graph_config"
 
 
+def speculative_args(case: DecodeCase) -> dict:
+    """The server arguments of EAGLE speculative decoding, as a user passes them."""
+    if case.spec is None:
+        return {}
+    return dict(speculative_algorithm="EAGLE", speculative_draft_model_path="dummy",
+                speculative_num_steps=case.spec.num_steps, speculative_eagle_topk=case.spec.topk,
+                speculative_num_draft_tokens=case.spec.num_draft_tokens)
+
+
 class Target(DecodeTarget):
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
@@ -28,7 +37,7 @@ class Target(DecodeTarget):
             model_path="dummy", device=device,
             cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="full", bs=list(case.capture_bs))),
             enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
-            max_running_requests=case.max_running_requests)
+            max_running_requests=case.max_running_requests, **speculative_args(case))
         if not publish_server_args(server_args):
             # Without runtime_context the runner decides on LoRA from `server_args.enable_lora`; set past the
             # parser, which would want adapter paths.

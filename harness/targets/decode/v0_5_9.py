@@ -40,11 +40,13 @@ def attention_backend_class():
 
         def init_forward_metadata_capture_cuda_graph(self, bs, num_tokens, req_pool_indices, seq_lens,
                                                      encoder_lens, forward_mode, spec_info) -> None:
-            self.init_forward_metadata_out_graph(SimpleNamespace(seq_lens=seq_lens), in_capture=True)
+            self.init_forward_metadata_out_graph(SimpleNamespace(
+                seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()), spec_info=spec_info), in_capture=True)
 
         def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_sum,
                                                     encoder_lens, forward_mode, spec_info, seq_lens_cpu=None) -> None:
-            self.init_forward_metadata_out_graph(SimpleNamespace(seq_lens=seq_lens))
+            self.init_forward_metadata_out_graph(SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=seq_lens_sum,
+                                                                 spec_info=spec_info))
 
     return DecodeAttentionDoublePre14
 
