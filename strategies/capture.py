@@ -26,9 +26,9 @@ def at_edges(sizes: list[int]) -> st.SearchStrategy[int]:
 
 @st.composite
 def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None, compile_backend: str = "eager",
-                 compile_every_size: bool = False, speculative: bool = False) -> DecodeCase:
+                 compile_every_size: bool = False, speculative: bool | None = False) -> DecodeCase:
     """`compile_every_size`: `torch_compile_max_bs` above every size, so each captured size is compiled;
-    `speculative`: an EAGLE target worker's case (TARGET_VERIFY graphs, `spec_settings`)."""
+    `speculative`: an EAGLE target worker's case (TARGET_VERIFY graphs, `spec_settings`); None: drawn."""
     capture_bs = draw(st.lists(st.integers(1, MAX_CAPTURE_BS), min_size=1, max_size=4, unique=True).map(sorted))
     # The pool: often above the list (no change), sometimes below it (SGLang appends it and drops larger sizes),
     # and at a captured size or one below it, the edges of SGLang's `<=` comparisons.
@@ -45,7 +45,9 @@ def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None,
     nolora_graph = draw(st.sampled_from([True, False])) if with_lora else False
     return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool, enable_torch_compile=enable_compile,
                       torch_compile_max_bs=max_bs, lora=with_lora, record_nolora_graph=nolora_graph,
-                      compile_backend=compile_backend, spec=draw(spec_settings()) if speculative else None)
+                      compile_backend=compile_backend,
+                      spec=draw(spec_settings()) if (draw(st.booleans()) if speculative is None else speculative)
+                      else None)
 
 
 def replay_sizes(capture_bs: list[int]) -> st.SearchStrategy[int]:

@@ -19,6 +19,7 @@ from harness.record import example
 from harness.oracles.decode_replay import check_compiled_forwards_match_eager, check_replays_match_eager
 from harness.oracles.patch_contract import check_patch_model_contract
 from harness.targets import decode
+from harness.targets.decode.planned import KINDS, PlannedReplays
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
 
 
@@ -58,8 +59,9 @@ def capture_mode_for(case) -> str:
     return "rerun" if case.enable_torch_compile and not case.record_nolora_graph else "record"
 
 
-def capture_and_check(case, batches_for, device, personality, layout, ex) -> None:
-    """Capture `case` through the real runner, replay `batches_for(captured sizes)`, and run every oracle."""
+def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=None) -> None:
+    """Capture `case` through the real runner, replay `batches_for(captured sizes)`, and run every oracle;
+    `kinds(count)`: how each replay reaches the runner (`planned.KINDS`), default unplanned."""
     hooks = HookRecorder()
     mode = capture_mode_for(case)
     device.reset()
@@ -82,8 +84,15 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
         check_patch_model_contract(target, hooks, layout, graphs_captured=captured)
         batches = batches_for(target.capture_bs)
         ex.note("replayed", [(b.forward_mode, b.batch_size) for b in batches])
+        replay = None
+        if kinds is not None:
+            drawn_kinds, replays = kinds(2 * len(batches)), PlannedReplays(target)
+            ex.note("kinds", drawn_kinds)
+            replay = lambda batch, step: replays.replay(batch, drawn_kinds[step])  # noqa: E731
         check_replays_match_eager(target, batches, exact=case.compile_backend == "eager",
-                                  count_replays=device.counts_graphs)
+                                  count_replays=device.counts_graphs, replay=replay)
+        if kinds is not None:
+            ex.note("kinds_taken", replays.taken)
         watcher.check("a replay compiled a frame")
 
 
@@ -108,6 +117,18 @@ def test_target_verify_replay_matches_eager(case, data, device, personality, lay
     EagleVerifyInput (drawn verify mask, idle inputs for IDLE batches)."""
     with example("decode_target_verify", personality=personality, **case.drawn()) as ex:
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
+
+
+@suite_settings(gate_examples=12, shrink_in_gate=False)
+@given(case=decode_cases(speculative=None), data=st.data())
+def test_planned_batches_replay_matches_eager(case, data, device, personality, layout, speculative):
+    """Batches planned ahead (load_batch + mark_forward_metadata_ready before execute), re-planned after a
+    resize, marked without a plan, interleaved with unplanned ones, as `planned.PlannedReplays` drives them."""
+    def kinds(count):
+        return data.draw(st.lists(st.sampled_from(KINDS), min_size=count, max_size=count), label="kinds")
+
+    with example("decode_planned", personality=personality, **case.drawn()) as ex:
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, kinds=kinds)
 
 
 @suite_settings(gate_examples=1, shrink_in_gate=False)

@@ -96,15 +96,16 @@ def check_padding_promises(target, batch, index: int) -> None:
 def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool,
                               replay: Optional[Callable] = None) -> None:
     """`count_replays` (a device the counter sees): each replay must also have replayed exactly one graph.
-    `replay(batch, index)`: how each batch reaches the runner (default `target.replay`)."""
-    replay = replay or (lambda batch, index: target.replay(batch))
+    `replay(batch, step)`: how each batch reaches the runner, returning (output, the batch whose closed form the
+    output must equal); default `target.replay` and the batch itself."""
+    replay = replay or (lambda batch, step: (target.replay(batch), batch))
     for index, drawn in enumerate(batches):
         for which, batch in (("drawn", drawn), ("shifted", shifted(drawn))):
             if not target.can_replay(batch):
                 raise OracleFailure("eager-equality", f"the runner refused to replay batch size {batch.batch_size}"
                                     f" although it captured {target.capture_bs}", batch=batch)
             mark = counter.mark()
-            output = replay(batch, index)
+            output, batch = replay(batch, 2 * index + (which == "shifted"))
             delta = replay_delta(counter.since(mark))
             got = (output.next_token_logits.clone(),
                    None if output.hidden_states is None else output.hidden_states.clone())
