@@ -43,7 +43,12 @@ def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None,
     # simplest values, so a gate budget of tens of examples would otherwise rarely reach them).
     with_lora = draw(st.sampled_from([True, True, False])) if lora is None else lora
     nolora_graph = draw(st.sampled_from([True, False])) if with_lora else False
-    return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool, enable_torch_compile=enable_compile,
+    # Padding disabled now and then; the capture list sometimes left to SGLang's default for a drawn
+    # --cuda-graph-max-bs (1 and the small sizes where its generator's steps change, up to 16).
+    disable_padding = draw(st.sampled_from([False, False, False, True]))
+    default_max_bs = draw(st.one_of(st.none(), st.none(), st.integers(1, 16)))
+    return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool,
+                      disable_padding=disable_padding, default_max_bs=default_max_bs, enable_torch_compile=enable_compile,
                       torch_compile_max_bs=max_bs, lora=with_lora, record_nolora_graph=nolora_graph,
                       compile_backend=compile_backend,
                       spec=draw(spec_settings()) if (draw(st.booleans()) if speculative is None else speculative)

@@ -81,6 +81,8 @@ class DecodeCase:
     record_nolora_graph: bool = False
     compile_backend: str = "eager"  # "eager": patch_model's inductor compiles use Dynamo's eager backend instead
     spec: Optional[SpecSettings] = None
+    disable_padding: bool = False  # --disable-cuda-graph-padding: only captured sizes replay
+    default_max_bs: Optional[int] = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
 
     @property
     def tokens_per_request(self) -> int:
@@ -341,6 +343,13 @@ class DecodeTarget:
         self.device = device
         self.layout = layout
         self.dropped_options: list[str] = []
+        self.drawn_case = case  # as drawn; `case` is what ran (SGLang's default capture list filled in)
+        if case.default_max_bs is not None:
+            resolved = self.default_capture_list(case, device)
+            if resolved is None:
+                self.dropped_options.append("default_max_bs")
+                resolved = case.capture_bs
+            self.case = case = dataclasses.replace(case, capture_bs=tuple(resolved))
         if case.record_nolora_graph and not layout.runner_accepts("record_nolora_graph"):
             # A release whose runner has no such option: the case runs as the release can run it, and the
             # target's case says so, for the oracles.
@@ -367,6 +376,27 @@ class DecodeTarget:
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         raise NotImplementedError
+
+    def server_args(self, case: DecodeCase, device: str) -> Any:
+        """The case's ServerArgs, unpublished (layouts that build them apart from publishing)."""
+        return None
+
+    def default_capture_list(self, case: DecodeCase, device: str) -> Optional[list[int]]:
+        """The decode capture list SGLang's own config code generates for `--cuda-graph-max-bs
+        case.default_max_bs` when no list is given (with the case's padding and speculative args), None where the
+        release has no such generator the harness can call."""
+        server_args = self.server_args(case, device)
+        if server_args is None:
+            return None
+        from harness.versions import module_exists
+
+        if module_exists("sglang.srt.arg_groups.cuda_graph_hook"):
+            generate = getattr(load("sglang.srt.arg_groups.cuda_graph_hook"),
+                               "generate_decode_cuda_graph_batch_sizes", None)
+            if generate is not None:
+                return list(generate(server_args, case.default_max_bs))
+        method = getattr(server_args, "_generate_decode_cuda_graph_batch_sizes", None)
+        return None if method is None else list(method(case.default_max_bs))
 
     def make_model_runner(self, case: DecodeCase, device: str) -> SimpleNamespace:
         return make_model_runner(

@@ -72,7 +72,8 @@ class Target(DecodeTarget):
         server_args = ServerArgs(model_path="dummy", device=device, cuda_graph_bs=list(case.capture_bs),
                                  enable_torch_compile=case.enable_torch_compile,
                                  torch_compile_max_bs=case.torch_compile_max_bs,
-                                 max_running_requests=case.max_running_requests)
+                                 max_running_requests=case.max_running_requests,
+                                 disable_cuda_graph_padding=case.disable_padding)
         server_args.enable_lora = bool(case.lora)  # the parser would want adapter paths
         set_global_server_args_for_scheduler(server_args)
         return server_args
