@@ -38,7 +38,7 @@ class Layout:
         return self.target_class(case, layout=self, **kwargs)
 
     def speculative_missing(self) -> Optional[str]:
-        """Why this release cannot run the EAGLE TARGET_VERIFY cases (naming the release and the missing name), or
+        """Why this release cannot run the speculative TARGET_VERIFY cases (naming the release and the missing name), or
         None when it can."""
         from harness.versions import sglang_version
 
@@ -50,7 +50,7 @@ class Layout:
             for part in name.split("."):
                 owner = getattr(owner, part, None)
             if owner is None:
-                return f"SGLang {sglang_version()} has no {module}.{name}: no EAGLE TARGET_VERIFY graphs to drive"
+                return f"SGLang {sglang_version()} has no {module}.{name}: no speculative TARGET_VERIFY graphs to drive"
         return None
 
     def runner_accepts(self, option: str) -> bool:
@@ -61,12 +61,19 @@ class Layout:
 
 @dataclasses.dataclass(frozen=True)
 class SpecSettings:
-    """EAGLE speculative decoding as a user sets it: draft steps, top-k per step, draft tokens per request (the
-    width of each TARGET_VERIFY request)."""
+    """Speculative decoding as a user sets it: the algorithm (EAGLE, STANDALONE: EAGLE's verify without hidden
+    states, NGRAM), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
+    request)."""
 
     num_steps: int
     topk: int
     num_draft_tokens: int
+    algorithm: str = "EAGLE"
+
+    @property
+    def captures_hidden(self) -> bool:
+        """Whether the target verify returns hidden states (EAGLE's draft reads them)."""
+        return self.algorithm == "EAGLE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +145,7 @@ class DecodeBatch:
             return torch.tensor(values, dtype=torch.int64, device=device)
 
         seq_lens = tensor(self.seq_lens)
-        verify = spec is not None  # an EAGLE target worker's batch: TARGET_VERIFY, or IDLE with an idle input
+        verify = spec is not None  # a speculative target worker's batch: TARGET_VERIFY, or IDLE
         return ForwardBatch(
             forward_mode=ForwardMode[self.forward_mode],
             batch_size=self.batch_size,
@@ -151,17 +158,27 @@ class DecodeBatch:
             positions=tensor(self.positions),
             lora_ids=list(self.lora_ids) if self.lora_ids is not None else None,
             global_forward_mode=ForwardMode[self.forward_mode],
-            capture_hidden_mode=CaptureHiddenMode.FULL if verify else CaptureHiddenMode.NULL,
+            capture_hidden_mode=CaptureHiddenMode.FULL if verify and spec.captures_hidden else CaptureHiddenMode.NULL,
             spec_info=self.verify_input(device, spec) if verify else None,
         )
 
     def verify_input(self, device: str, spec: SpecSettings):
-        """SGLang's own `EagleVerifyInput` for this batch, as the EAGLE worker's prepare-for-verify builds it
-        (the retrieve_* tree tensors feed only the sampling kernel after the forward, never the runner); for an
-        IDLE batch SGLang's idle input."""
+        """SGLang's own verify input for this batch (`EagleVerifyInput`, `NgramVerifyInput`), as the worker's
+        prepare-for-verify builds it (the retrieve_* tree tensors feed only the sampling kernel after the forward,
+        never the runner); for an IDLE batch SGLang's idle input (NGRAM: none)."""
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
+        if spec.algorithm == "NGRAM":
+            if self.forward_mode == "IDLE":
+                return None
+            from sglang.srt.speculative.ngram_info import NgramVerifyInput
+
+            return NgramVerifyInput(
+                draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
+                custom_mask=torch.tensor(self.custom_mask(), dtype=torch.bool, device=device),
+                positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+                draft_token_num=spec.num_draft_tokens)
         if self.forward_mode == "IDLE":
             return EagleVerifyInput.create_idle_input(topk=spec.topk, spec_steps=spec.num_steps,
                                                       num_verify_tokens=spec.num_draft_tokens, device=device)
@@ -171,7 +188,8 @@ class DecodeBatch:
             positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
             retrieve_index=None, retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
             spec_steps=spec.num_steps, topk=spec.topk, draft_token_num=spec.num_draft_tokens,
-            capture_hidden_mode=CaptureHiddenMode.FULL, seq_lens_sum=int(sum(self.seq_lens)),
+            capture_hidden_mode=CaptureHiddenMode.FULL if spec.captures_hidden else CaptureHiddenMode.NULL,
+            seq_lens_sum=int(sum(self.seq_lens)),
             seq_lens_cpu=torch.tensor(self.seq_lens, dtype=torch.int64))
 
 
@@ -270,7 +288,7 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
                       server_args: Any, lora_manager: Optional[LoRAManagerDouble],
                       spec: Optional[SpecSettings] = None) -> SimpleNamespace:
     """The attributes of SGLang's ModelRunner that the decode runners (and NPU subclasses) of every layout read;
-    `spec`: an EAGLE target worker's."""
+    `spec`: a speculative target worker's."""
     from sglang.srt.distributed import parallel_state
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -289,7 +307,7 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
         token_table=None,
         tp_group=parallel_state.get_tp_group(),  # up to 0.5.1x patch_model's tp_group (0.5.2x: get_parallel())
         war_fastpath_read_done_event=None,  # up to 0.5.1x (0.5.2x: shared_read_done_event)
-        spec_algorithm=SpeculativeAlgorithm.EAGLE if spec else SpeculativeAlgorithm.NONE, is_draft_worker=False,
+        spec_algorithm=SpeculativeAlgorithm.from_string(spec.algorithm if spec else None), is_draft_worker=False,
         graph_shared_output=_GraphSharedOutput(device),
         get_pp_proxy_topk_size=lambda: None, get_pp_proxy_residual_num_blocks=lambda: None,
         get_pp_proxy_dspark_hidden_size=lambda: None, get_aux_hidden_states_width=lambda: None,

@@ -10,7 +10,7 @@ How each batch reaches the runner (drawn per batch, `KINDS`):
   forward (as DP padding does); SGLang must see the stale mark and plan it again.
 - `stale_mark`: marked without a plan (re-plan allowed, same shapes as the batch planned last): SGLang keeps the
   last plan, so the replay sees that batch's per-request inputs and metadata with this batch's input_ids and
-  positions. The expectation says so (`effective`), derived from the two drawn batches.
+  positions (and its LoRA scales, which the worker prepares per batch). The expectation says so (`effective`), derived from the two drawn batches.
 """
 from __future__ import annotations
 
@@ -60,14 +60,15 @@ class PlannedReplays:
         fb = self.target.forward_batch(batch)  # stale_mark
         fb.mark_forward_metadata_ready(replan_equivalent=True)
         planned = self.last_plan
-        return self.execute(fb), dataclasses.replace(planned, input_ids=batch.input_ids, positions=batch.positions)
+        return self.execute(fb), dataclasses.replace(planned, input_ids=batch.input_ids, positions=batch.positions,
+                                                     lora_ids=batch.lora_ids)
 
     def _feasible(self, batch, kind: str) -> str:
-        """A stale mark needs a last plan of the same shapes and mode (else SGLang's copies would not fit) and no
-        LoRA (the worker prepares LoRA per batch); a resize needs a batch to resize."""
+        """A stale mark needs a last plan of the same shapes and mode (else SGLang's copies would not fit); a resize
+        needs a batch to resize."""
         if kind == "stale_mark":
             last = self.last_plan
-            if last is None or batch.lora_ids is not None or last.forward_mode != batch.forward_mode or \
+            if last is None or last.forward_mode != batch.forward_mode or \
                     len(last.input_ids) != len(batch.input_ids) or last.batch_size != batch.batch_size:
                 return "planned"
         if kind == "replanned" and batch.batch_size < 2:

@@ -20,10 +20,10 @@ CONFIG_MODULE = "sglang.srt.model_executor.cuda_graph_config"
 
 
 def speculative_args(case: DecodeCase) -> dict:
-    """The server arguments of EAGLE speculative decoding, as a user passes them."""
+    """The server arguments of speculative decoding, as a user passes them."""
     if case.spec is None:
         return {}
-    return dict(speculative_algorithm="EAGLE", speculative_draft_model_path="dummy",
+    return dict(speculative_algorithm=case.spec.algorithm, speculative_draft_model_path="dummy",
                 speculative_num_steps=case.spec.num_steps, speculative_eagle_topk=case.spec.topk,
                 speculative_num_draft_tokens=case.spec.num_draft_tokens)
 
