@@ -26,9 +26,11 @@ def at_edges(sizes: list[int]) -> st.SearchStrategy[int]:
 
 @st.composite
 def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None, compile_backend: str = "eager",
-                 compile_every_size: bool = False, speculative: bool | None = False) -> DecodeCase:
+                 compile_every_size: bool = False, speculative: bool | None = False,
+                 disable_padding: bool = False) -> DecodeCase:
     """`compile_every_size`: `torch_compile_max_bs` above every size, so each captured size is compiled;
-    `speculative`: an EAGLE target worker's case (TARGET_VERIFY graphs, `spec_settings`); None: drawn."""
+    `speculative`: an EAGLE target worker's case (TARGET_VERIFY graphs, `spec_settings`); None: drawn;
+    `disable_padding`: --disable-cuda-graph-padding."""
     capture_bs = draw(st.lists(st.integers(1, MAX_CAPTURE_BS), min_size=1, max_size=4, unique=True).map(sorted))
     # The pool: often above the list (no change), sometimes below it (SGLang appends it and drops larger sizes),
     # and at a captured size or one below it, the edges of SGLang's `<=` comparisons.
@@ -43,12 +45,12 @@ def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None,
     # simplest values, so a gate budget of tens of examples would otherwise rarely reach them).
     with_lora = draw(st.sampled_from([True, True, False])) if lora is None else lora
     nolora_graph = draw(st.sampled_from([True, False])) if with_lora else False
-    # Padding disabled now and then; the capture list sometimes left to SGLang's default for a drawn
-    # --cuda-graph-max-bs (1 and the small sizes where its generator's steps change, up to 16).
-    disable_padding = draw(st.sampled_from([False, False, False, True]))
+    # The capture list sometimes left to SGLang's default for a drawn --cuda-graph-max-bs (1 and the small sizes
+    # where its generator's steps change, up to 16).
     default_max_bs = draw(st.one_of(st.none(), st.none(), st.integers(1, 16)))
     return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool,
-                      disable_padding=disable_padding, default_max_bs=default_max_bs, enable_torch_compile=enable_compile,
+                      disable_padding=disable_padding, default_max_bs=default_max_bs,
+                      enable_torch_compile=enable_compile,
                       torch_compile_max_bs=max_bs, lora=with_lora, record_nolora_graph=nolora_graph,
                       compile_backend=compile_backend,
                       spec=draw(spec_settings()) if (draw(st.booleans()) if speculative is None else speculative)
@@ -111,8 +113,9 @@ def replay_batches(draw, case: DecodeCase, capture_bs: list[int], *, max_batches
 
 @st.composite
 def spec_settings(draw) -> SpecSettings:
-    """Speculative settings as users give them: the algorithm (EAGLE, STANDALONE, NGRAM), steps, top-k, and draft tokens (steps + 1 for a chain, top-k 1; up to
-    steps x top-k + 1 for a tree), kept small so a verify batch fits the static buffers."""
+    """Speculative settings as users give them: the algorithm (EAGLE, STANDALONE, NGRAM), steps, top-k, and draft
+    tokens (steps + 1 for a chain, top-k 1; up to steps x top-k + 1 for a tree), kept small so a verify batch fits
+    the static buffers."""
     steps = draw(st.integers(1, 3))
     topk = draw(st.sampled_from([1, 1, 2]))
     tokens = steps + 1 if topk == 1 else draw(st.integers(2, min(steps * topk + 1, 5)))

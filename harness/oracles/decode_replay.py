@@ -1,9 +1,10 @@
 """Replay against eager, batch after batch, so stale values cannot hide.
 
 Each drawn batch is replayed through the runner and compared with eager on its real rows; then the same batch with
-every input id shifted by one is replayed at once (same graph, new inputs): a replay that returned the previous
-replay's values, or read an input buffer that was not refilled, differs from eager there. Eager itself is held to
-the model's closed form (`decode_model.expected_output`, logits and hidden states), so a wrong reference cannot make both sides agree.
+every input id and position shifted by one is replayed at once (same graph, new inputs): a replay that returned the
+previous replay's values, or read an input buffer that was not refilled, differs from eager there. Eager itself is
+held to the model's closed form (`decode_model.expected_output`, logits and hidden states), so a wrong reference
+cannot make both sides agree. Padded rows of the static inputs are held to SGLang's padding policy.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exac
 
 
 def shifted(batch):
-    return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids])
+    return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids],
+                               positions=[p + 1 for p in batch.positions])
 
 
 def by_hand(target, batch):
@@ -106,7 +108,7 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
                 raise OracleFailure("eager-equality", f"the runner {'refused' if servable else 'accepted'} to "
                                     f"replay batch size {batch.batch_size} having captured {target.capture_bs}"
                                     f"{' with padding disabled' if target.case.disable_padding else ''}",
-                                    batch=batch)
+                                    batch=batch, refused_captured=servable)
             if not servable:
                 continue  # padding disabled: SGLang runs this batch eagerly, outside the graphs
             mark = counter.mark()

@@ -38,8 +38,8 @@ class Layout:
         return self.target_class(case, layout=self, **kwargs)
 
     def speculative_missing(self) -> Optional[str]:
-        """Why this release cannot run the speculative TARGET_VERIFY cases (naming the release and the missing name), or
-        None when it can."""
+        """Why this release cannot run the speculative TARGET_VERIFY cases or the pre-planned batches (naming the
+        release and the missing name), or None when it can."""
         from harness.versions import sglang_version
 
         needed = ((self.runner_module, f"{self.runner_class}.get_spec_info"),
@@ -50,7 +50,8 @@ class Layout:
             for part in name.split("."):
                 owner = getattr(owner, part, None)
             if owner is None:
-                return f"SGLang {sglang_version()} has no {module}.{name}: no speculative TARGET_VERIFY graphs to drive"
+                return (f"SGLang {sglang_version()} has no {module}.{name}: no speculative TARGET_VERIFY graphs or "
+                        "pre-planned batches to drive")
         return None
 
     def runner_accepts(self, option: str) -> bool:
@@ -165,7 +166,8 @@ class DecodeBatch:
     def verify_input(self, device: str, spec: SpecSettings):
         """SGLang's own verify input for this batch (`EagleVerifyInput`, `NgramVerifyInput`), as the worker's
         prepare-for-verify builds it (the retrieve_* tree tensors feed only the sampling kernel after the forward,
-        never the runner); for an IDLE batch SGLang's idle input (NGRAM: none)."""
+        never the runner); for an IDLE batch SGLang's idle input (NGRAM, and releases whose idle input is made on
+        "cuda" only: none)."""
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
@@ -180,6 +182,8 @@ class DecodeBatch:
                 positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
                 draft_token_num=spec.num_draft_tokens)
         if self.forward_mode == "IDLE":
+            if "device" not in inspect.signature(EagleVerifyInput.create_idle_input).parameters:
+                return None  # up to 0.5.1x the idle input is made on "cuda" only
             return EagleVerifyInput.create_idle_input(topk=spec.topk, spec_steps=spec.num_steps,
                                                       num_verify_tokens=spec.num_draft_tokens, device=device)
         return EagleVerifyInput(

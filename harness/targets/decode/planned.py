@@ -10,7 +10,8 @@ How each batch reaches the runner (drawn per batch, `KINDS`):
   forward (as DP padding does); SGLang must see the stale mark and plan it again.
 - `stale_mark`: marked without a plan (re-plan allowed, same shapes as the batch planned last): SGLang keeps the
   last plan, so the replay sees that batch's per-request inputs and metadata with this batch's input_ids and
-  positions (and its LoRA scales, which the worker prepares per batch). The expectation says so (`effective`), derived from the two drawn batches.
+  positions (and its LoRA scales, which the worker prepares per batch). The expectation says so, derived from the
+  two drawn batches.
 """
 from __future__ import annotations
 
