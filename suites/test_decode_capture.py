@@ -151,6 +151,25 @@ def test_planned_batches_replay_matches_eager(case, data, device, personality, l
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, kinds=kinds)
 
 
+# -- findings on clean SGLang, kept visible -------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "finding: NPUGraphRunner.execute's pre-planned DFLASH branch calls build_replay_fb_view without its "
+    "global_num_tokens_cpu argument, so every pre-planned DFLASH verify batch on NPU raises TypeError"))
+def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layout):
+    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4,
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DFLASH"))
+    with example("decode_findings", personality=personality, **case.drawn()):
+        if personality != "npu":
+            pytest.skip("the NPU runner's branch: run with --personality npu")
+        skip_without_speculative(layout)
+        batch = decode.DecodeBatch(input_ids=[1, 2, 3, 4], positions=[5, 6, 7, 8], seq_lens=[9, 10],
+                                   forward_mode="TARGET_VERIFY", draft_visibility=[[[True, False], [True, True]]] * 2)
+        device.reset()
+        target = layout.make_target(case, personality=personality, device=device.torch_device)
+        replays = PlannedReplays(target)
+        replays.execute(replays.plan(batch))
+
+
 @suite_settings(gate_examples=1, shrink_in_gate=False)
 @given(case=decode_cases(compile=True, compile_backend="inductor", compile_every_size=True), data=st.data())
 def test_inductor_compiled_replay_matches_eager(case, data, device, personality, layout):

@@ -63,7 +63,7 @@ class Layout:
 @dataclasses.dataclass(frozen=True)
 class SpecSettings:
     """Speculative decoding as a user sets it: the algorithm (EAGLE, STANDALONE: EAGLE's verify without hidden
-    states, NGRAM), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
+    states, NGRAM, DFLASH), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
     request)."""
 
     num_steps: int
@@ -74,7 +74,7 @@ class SpecSettings:
     @property
     def captures_hidden(self) -> bool:
         """Whether the target verify returns hidden states (EAGLE's draft reads them)."""
-        return self.algorithm == "EAGLE"
+        return self.algorithm in ("EAGLE", "DFLASH")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +171,16 @@ class DecodeBatch:
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
+        if spec.algorithm == "DFLASH":
+            if self.forward_mode == "IDLE":
+                return None
+            from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+
+            return DFlashVerifyInput(
+                draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
+                positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+                draft_token_num=spec.num_draft_tokens,
+                custom_mask=torch.tensor(self.custom_mask(), dtype=torch.bool, device=device))
         if spec.algorithm == "NGRAM":
             if self.forward_mode == "IDLE":
                 return None

@@ -66,7 +66,11 @@ class PlannedReplays:
 
     def _feasible(self, batch, kind: str) -> str:
         """A stale mark needs a last plan of the same shapes and mode (else SGLang's copies would not fit); a resize
-        needs a batch to resize."""
+        needs a batch to resize. The NPU runner's pre-planned DFLASH branch crashes on 0.5.23 (pinned by the suite's
+        `test_findings_npu_dflash_preplanned_verify_crashes`), so there every batch reaches it unmarked."""
+        spec = self.target.case.spec
+        if self.target.personality == "npu" and spec is not None and spec.algorithm == "DFLASH":
+            return "execute"
         if kind == "stale_mark":
             last = self.last_plan
             if last is None or last.forward_mode != batch.forward_mode or \
