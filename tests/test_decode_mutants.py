@@ -15,6 +15,10 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
 - replay_launches_graph_twice: every replay launches its graph twice (same numbers); the device's replay count fails.
 - is_decode_answers_for_another_mode: `ForwardMode.is_decode` is wrong for every caller, so replay and eager agree;
   eager held to the model's closed form fails.
+- The inputs the model reads: seq_lens_sum_not_padded, seq_lens_padded_with_zero, zero_padding_skipped (the
+  backend's plan, the padding promise). TARGET_VERIFY: verify_output_sliced_by_requests, verify_view_drops_spec_info.
+  Batches planned ahead: planned_replay_skips_positions / _input_ids (the pre-planned branch's re-copy).
+  Configuration: default_capture_list_drops_max_bs, padding_switch_ignored.
 """
 from __future__ import annotations
 
