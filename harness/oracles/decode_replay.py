@@ -114,6 +114,10 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
             mark = counter.mark()
             output, batch = replay(batch, 2 * index + (which == "shifted"))
             delta = replay_delta(counter.since(mark))
+            if count_replays:  # one graph per size and variant: a replay replays exactly one (checked first: the
+                # most specific diagnosis of a skipped or doubled launch)
+                check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
+                                                      f"{batch.forward_mode} request(s)")
             got = (output.next_token_logits.clone(),
                    None if output.hidden_states is None else output.hidden_states.clone())
             eager = target.eager(batch)
@@ -136,6 +140,3 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
                                     f"{batch.forward_mode} request(s)): {failure.diagnosis}"
                                     f"{stale_inputs(target, batch)}", **failure.details) from None
             check_padding_promises(target, batch, index)
-            if count_replays:  # one graph per size and variant: a replay replays exactly one
-                check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
-                                                      f"{batch.forward_mode} request(s)")
