@@ -40,12 +40,14 @@ class Layout:
     def speculative_missing(self) -> Optional[str]:
         """Why this release cannot run the speculative TARGET_VERIFY cases or the pre-planned batches (naming the
         release and the missing name), or None when it can."""
-        from harness.versions import sglang_version
+        from harness.versions import module_exists, sglang_version
 
         needed = ((self.runner_module, f"{self.runner_class}.get_spec_info"),
                   ("sglang.srt.speculative.eagle_info", "EagleVerifyInput"),
                   ("sglang.srt.model_executor.forward_batch_info", "ForwardBatch.needs_forward_metadata_init"))
         for module, name in needed:
+            if not module_exists(module):
+                return f"SGLang {sglang_version()} has no {module}: no speculative TARGET_VERIFY graphs to drive"
             owner = load(module)
             for part in name.split("."):
                 owner = getattr(owner, part, None)
@@ -53,6 +55,17 @@ class Layout:
                 return (f"SGLang {sglang_version()} has no {module}.{name}: no speculative TARGET_VERIFY graphs or "
                         "pre-planned batches to drive")
         return None
+
+    def planning_missing(self, personality: str) -> Optional[str]:
+        """Why the pre-planned batches cannot run here (the personality's runner has no `load_batch` to plan with,
+        e.g. the NPU runner of main trees of June 2026, or `speculative_missing`), or None when they can."""
+        from harness.versions import sglang_version
+
+        module, name = (self.npu_runner_module, self.npu_runner_class) if personality == "npu" else \
+            (self.runner_module, self.runner_class)
+        if not hasattr(load(module, name), "load_batch"):
+            return f"SGLang {sglang_version()} has no {module}.{name}.load_batch: no pre-planned batches to drive"
+        return self.speculative_missing()
 
     def runner_accepts(self, option: str) -> bool:
         """Whether the CUDA runner's constructor takes keyword `option` on this release."""
