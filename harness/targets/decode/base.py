@@ -199,11 +199,13 @@ class DecodeBatch:
                 return None
             from sglang.srt.speculative.ngram_info import NgramVerifyInput
 
-            return NgramVerifyInput(
+            mask = "custom_mask" if "custom_mask" in inspect.signature(NgramVerifyInput).parameters else "tree_mask"
+            return NgramVerifyInput(  # the mask is `tree_mask` in main trees of June 2026
                 draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
-                custom_mask=torch.tensor(self.custom_mask(), dtype=torch.bool, device=device),
                 positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
-                draft_token_num=spec.num_draft_tokens)
+                retrieve_index=None, retrieve_next_token=None, retrieve_next_sibling=None,
+                draft_token_num=spec.num_draft_tokens,
+                **{mask: torch.tensor(self.custom_mask(), dtype=torch.bool, device=device)})
         if self.forward_mode == "IDLE":
             if "device" not in inspect.signature(EagleVerifyInput.create_idle_input).parameters:
                 return None  # up to 0.5.1x the idle input is made on "cuda" only
