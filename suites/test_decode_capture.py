@@ -114,7 +114,7 @@ def skip_without_speculative(layout, personality=None) -> None:
         pytest.skip(missing)
 
 
-@suite_settings(gate_examples=12, shrink_in_gate=False)
+@suite_settings(gate_examples=8, shrink_in_gate=False)
 @given(case=decode_cases(speculative=True), data=st.data())
 def test_target_verify_replay_matches_eager(case, data, device, personality, layout):
     """EAGLE speculative decoding: TARGET_VERIFY graphs of several tokens per request, replayed with SGLang's own
