@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from harness.models.decode_model import LORA_SCALES
-from harness.targets.decode import DecodeBatch, DecodeCase
+from harness.targets.decode import DecodeBatch, DecodeCase, SpecSettings
 
 MAX_CAPTURE_BS = 12  # small sizes keep a capture under a second on two cores
 ADAPTERS = sorted(k for k in LORA_SCALES if k is not None)
@@ -26,8 +26,11 @@ def at_edges(sizes: list[int]) -> st.SearchStrategy[int]:
 
 @st.composite
 def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None, compile_backend: str = "eager",
-                 compile_every_size: bool = False) -> DecodeCase:
-    """`compile_every_size`: `torch_compile_max_bs` above every size, so each captured size is compiled."""
+                 compile_every_size: bool = False, speculative: bool | None = False,
+                 disable_padding: bool = False) -> DecodeCase:
+    """`compile_every_size`: `torch_compile_max_bs` above every size, so each captured size is compiled;
+    `speculative`: an EAGLE target worker's case (TARGET_VERIFY graphs, `spec_settings`); None: drawn;
+    `disable_padding`: --disable-cuda-graph-padding."""
     capture_bs = draw(st.lists(st.integers(1, MAX_CAPTURE_BS), min_size=1, max_size=4, unique=True).map(sorted))
     # The pool: often above the list (no change), sometimes below it (SGLang appends it and drops larger sizes),
     # and at a captured size or one below it, the edges of SGLang's `<=` comparisons.
@@ -42,9 +45,16 @@ def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None,
     # simplest values, so a gate budget of tens of examples would otherwise rarely reach them).
     with_lora = draw(st.sampled_from([True, True, False])) if lora is None else lora
     nolora_graph = draw(st.sampled_from([True, False])) if with_lora else False
-    return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool, enable_torch_compile=enable_compile,
+    # The capture list sometimes left to SGLang's default for a drawn --cuda-graph-max-bs (1 and the small sizes
+    # where its generator's steps change, up to 16).
+    default_max_bs = draw(st.one_of(st.none(), st.none(), st.integers(1, 16)))
+    return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool,
+                      disable_padding=disable_padding, default_max_bs=default_max_bs,
+                      enable_torch_compile=enable_compile,
                       torch_compile_max_bs=max_bs, lora=with_lora, record_nolora_graph=nolora_graph,
-                      compile_backend=compile_backend)
+                      compile_backend=compile_backend,
+                      spec=draw(spec_settings()) if (draw(st.booleans()) if speculative is None else speculative)
+                      else None)
 
 
 def replay_sizes(capture_bs: list[int]) -> st.SearchStrategy[int]:
@@ -58,34 +68,72 @@ def replay_sizes(capture_bs: list[int]) -> st.SearchStrategy[int]:
 
 
 @st.composite
-def decode_batch(draw, size: int, *, lora: bool, forward_mode: str = "DECODE") -> DecodeBatch:
-    if forward_mode == "IDLE":
-        size = 0
-    rows = st.lists(st.integers(0, 50), min_size=size, max_size=size)
-    lora_ids = None
-    if lora:
-        lora_ids = draw(st.lists(st.sampled_from([None] + ADAPTERS), min_size=size, max_size=size))
-    return DecodeBatch(input_ids=draw(rows), positions=draw(st.lists(st.integers(0, 100), min_size=size,
-                                                                         max_size=size)),
-                       seq_lens=draw(st.lists(st.integers(1, 100), min_size=size, max_size=size)),
-                       lora_ids=lora_ids, forward_mode=forward_mode)
+def draft_tree(draw, width: int) -> list[list[bool]]:
+    """One request's verify mask over its drafts: row j sees itself and a drawn subset of the drafts before it
+    (its ancestors in the token tree), never a later one."""
+    return [[k == j or (k < j and draw(st.booleans())) for k in range(width)] for j in range(width)]
 
 
 @st.composite
-def replay_batches(draw, capture_bs: list[int], *, lora: bool, max_batches: int = 4) -> list[DecodeBatch]:
-    """A sequence of batches to replay one after another (sizes repeat, so graphs are replayed again)."""
+def decode_batch(draw, size: int, *, lora: bool, forward_mode: str = "DECODE", width: int = 1,
+                 pool: int = 64) -> DecodeBatch:
+    """`width` tokens per request (TARGET_VERIFY: the draft tokens, with a drawn verify mask); pool rows distinct
+    below the request pool (`pool`), cache slots distinct."""
+    if forward_mode == "IDLE":
+        size = 0
+    tokens = size * width
+    lora_ids = None
+    if lora:
+        lora_ids = draw(st.lists(st.sampled_from([None] + ADAPTERS), min_size=size, max_size=size))
+    return DecodeBatch(
+        input_ids=draw(st.lists(st.integers(0, 50), min_size=tokens, max_size=tokens)),
+        positions=draw(st.lists(st.integers(0, 100), min_size=tokens, max_size=tokens)),
+        seq_lens=draw(st.lists(st.integers(1, 100), min_size=size, max_size=size)),
+        lora_ids=lora_ids, forward_mode=forward_mode,
+        req_pool_indices=draw(st.lists(st.integers(0, max(pool, size) - 1), min_size=size, max_size=size,
+                                       unique=True)),
+        out_cache_loc=draw(st.lists(st.integers(1, 400), min_size=tokens, max_size=tokens, unique=True)),
+        draft_visibility=[draw(draft_tree(width)) for _ in range(size)] if forward_mode == "TARGET_VERIFY"
+        else None)
+
+
+@st.composite
+def replay_batches(draw, case: DecodeCase, capture_bs: list[int], *, max_batches: int = 4) -> list[DecodeBatch]:
+    """A sequence of batches to replay one after another (sizes repeat, so graphs are replayed again): DECODE
+    (TARGET_VERIFY when the case speculates), sometimes IDLE."""
     count = draw(st.integers(1, max_batches))
+    active = "TARGET_VERIFY" if case.spec else "DECODE"
     batches = []
     for _ in range(count):
-        mode = draw(st.sampled_from(["DECODE"] * 5 + ["IDLE"]))
-        batches.append(draw(decode_batch(draw(replay_sizes(capture_bs)), lora=lora, forward_mode=mode)))
+        mode = draw(st.sampled_from([active] * 5 + ["IDLE"]))
+        batches.append(draw(decode_batch(draw(replay_sizes(capture_bs)), lora=case.lora, forward_mode=mode,
+                                         width=case.tokens_per_request, pool=case.max_running_requests)))
     return batches
 
 
-def compile_probe_batch(size: int, *, lora: bool) -> DecodeBatch:
-    """A fixed batch of `size` rows (every adapter, with LoRA) for calling a compiled forward outside capture."""
-    return DecodeBatch(input_ids=[(7 * i + 3) % 50 for i in range(size)],
-                       positions=[(5 * i + 1) % 100 for i in range(size)],
+@st.composite
+def spec_settings(draw) -> SpecSettings:
+    """Speculative settings as users give them: the algorithm (EAGLE, STANDALONE, NGRAM, DFLASH), steps, top-k, and draft
+    tokens (steps + 1 for a chain, top-k 1; up to steps x top-k + 1 for a tree), kept small so a verify batch fits
+    the static buffers."""
+    steps = draw(st.integers(1, 3))
+    topk = draw(st.sampled_from([1, 1, 2]))
+    tokens = steps + 1 if topk == 1 else draw(st.integers(2, min(steps * topk + 1, 5)))
+    algorithm = draw(st.sampled_from(["EAGLE", "DFLASH", "STANDALONE", "NGRAM"]))
+    return SpecSettings(num_steps=steps, topk=topk, num_draft_tokens=tokens, algorithm=algorithm)
+
+
+def compile_probe_batch(num_tokens: int, *, lora: bool, width: int = 1) -> DecodeBatch:
+    """A fixed batch of `num_tokens` token rows, `width` per request (every adapter, with LoRA; a chain verify mask
+    when width > 1), for calling a compiled forward outside capture."""
+    size = num_tokens // width
+    return DecodeBatch(input_ids=[(7 * i + 3) % 50 for i in range(num_tokens)],
+                       positions=[(5 * i + 1) % 100 for i in range(num_tokens)],
                        seq_lens=[(3 * i + 2) % 100 + 1 for i in range(size)],
-                       lora_ids=[([None] + ADAPTERS)[i % 4] for i in range(size)] if lora else None)
+                       lora_ids=[([None] + ADAPTERS)[i % 4] for i in range(size)] if lora else None,
+                       req_pool_indices=[(5 * i + 2) % 64 for i in range(size)],
+                       out_cache_loc=[3 * i + 1 for i in range(num_tokens)],
+                       forward_mode="TARGET_VERIFY" if width > 1 else "DECODE",
+                       draft_visibility=[[[k <= j for k in range(width)] for j in range(width)]
+                                         for _ in range(size)] if width > 1 else None)
 

@@ -11,6 +11,8 @@ from hypothesis import given, strategies as st
 from harness.counter import counter
 from harness.devices import get_device
 from harness.errors import PathMissing
+from harness.oracles import OracleFailure
+from harness.oracles.eager import assert_matches_eager
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
 from harness.oracles.recompile import RecompileWatcher
@@ -19,6 +21,8 @@ from harness.record import example
 from harness.oracles.decode_replay import check_compiled_forwards_match_eager, check_replays_match_eager
 from harness.oracles.patch_contract import check_patch_model_contract
 from harness.targets import decode
+from harness.versions import sglang_version
+from harness.targets.decode.planned import KINDS, PlannedReplays
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
 
 
@@ -48,7 +52,7 @@ def test_no_module_imports_a_rebound_name_by_value():
 
 
 def drawn_batches(data, case):
-    return lambda capture_bs: data.draw(replay_batches(capture_bs, lora=case.lora), label="replay batches")
+    return lambda capture_bs: data.draw(replay_batches(case, capture_bs), label="replay batches")
 
 
 def capture_mode_for(case) -> str:
@@ -58,8 +62,9 @@ def capture_mode_for(case) -> str:
     return "rerun" if case.enable_torch_compile and not case.record_nolora_graph else "record"
 
 
-def capture_and_check(case, batches_for, device, personality, layout, ex) -> None:
-    """Capture `case` through the real runner, replay `batches_for(captured sizes)`, and run every oracle."""
+def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=None) -> None:
+    """Capture `case` through the real runner, replay `batches_for(captured sizes)`, and run every oracle;
+    `kinds(count)`: how each replay reaches the runner (`planned.KINDS`), default unplanned."""
     hooks = HookRecorder()
     mode = capture_mode_for(case)
     device.reset()
@@ -82,8 +87,15 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
         check_patch_model_contract(target, hooks, layout, graphs_captured=captured)
         batches = batches_for(target.capture_bs)
         ex.note("replayed", [(b.forward_mode, b.batch_size) for b in batches])
+        replay = None
+        if kinds is not None:
+            drawn_kinds, replays = kinds(2 * len(batches)), PlannedReplays(target)
+            ex.note("kinds", drawn_kinds)
+            replay = lambda batch, step: replays.replay(batch, drawn_kinds[step])  # noqa: E731
         check_replays_match_eager(target, batches, exact=case.compile_backend == "eager",
-                                  count_replays=device.counts_graphs)
+                                  count_replays=device.counts_graphs, replay=replay)
+        if kinds is not None:
+            ex.note("kinds_taken", replays.taken)
         watcher.check("a replay compiled a frame")
 
 
@@ -92,6 +104,79 @@ def capture_and_check(case, batches_for, device, personality, layout, ex) -> Non
 def test_replay_matches_eager_and_patch_model_contract(case, data, device, personality, layout):
     with example("decode_capture", personality=personality, **case.drawn()) as ex:
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
+
+
+def skip_without_speculative(layout, personality=None) -> None:
+    """Inside the example, so the skip and its reason (release, missing name) are recorded; with `personality`,
+    the pre-planned batches' needs too (`Layout.planning_missing`)."""
+    missing = layout.planning_missing(personality) if personality else layout.speculative_missing()
+    if missing:
+        pytest.skip(missing)
+
+
+@suite_settings(gate_examples=8, shrink_in_gate=False)
+@given(case=decode_cases(speculative=True), data=st.data())
+def test_target_verify_replay_matches_eager(case, data, device, personality, layout):
+    """EAGLE speculative decoding: TARGET_VERIFY graphs of several tokens per request, replayed with SGLang's own
+    EagleVerifyInput (drawn verify mask, idle inputs for IDLE batches)."""
+    with example("decode_target_verify", personality=personality, **case.drawn()) as ex:
+        skip_without_speculative(layout)
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
+
+
+@suite_settings(gate_examples=6, shrink_in_gate=False)
+@given(case=decode_cases(disable_padding=True), data=st.data())
+def test_padding_disabled_replays_only_captured_sizes(case, data, device, personality, layout):
+    """--disable-cuda-graph-padding: captured sizes replay their graph, every other size is refused (runs eagerly).
+    A release whose runner refuses a captured size is a finding, kept visible as an expected failure: SGLang
+    0.5.14 and main trees of June 2026 look the size up as an int among graphs keyed by ShapeKey, so no batch
+    ever replays a graph with padding disabled."""
+    with example("decode_padding_disabled", personality=personality, **case.drawn()) as ex:
+        try:
+            capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
+        except OracleFailure as failure:
+            if failure.details.get("refused_captured"):
+                pytest.xfail(f"finding on SGLang {sglang_version()}: {failure.diagnosis}")
+            raise
+
+
+@suite_settings(gate_examples=12, shrink_in_gate=False)
+@given(case=decode_cases(speculative=None), data=st.data())
+def test_planned_batches_replay_matches_eager(case, data, device, personality, layout):
+    """Batches planned ahead (load_batch + mark_forward_metadata_ready before execute), re-planned after a
+    resize, marked without a plan, interleaved with unplanned ones, as `planned.PlannedReplays` drives them."""
+    def kinds(count):
+        return data.draw(st.lists(st.sampled_from(KINDS), min_size=count, max_size=count), label="kinds")
+
+    with example("decode_planned", personality=personality, **case.drawn()) as ex:
+        skip_without_speculative(layout, personality)
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, kinds=kinds)
+
+
+# -- findings on clean SGLang, kept visible -------------------------------------------------------------------
+def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layout):
+    """A pre-planned DFLASH verify batch through the NPU runner replays as eager computes it. Finding on 0.5.23,
+    kept visible as an expected failure: NPUGraphRunner.execute's pre-planned DFLASH branch calls
+    build_replay_fb_view without its global_num_tokens_cpu argument (TypeError)."""
+    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4,
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DFLASH"))
+    with example("decode_findings", personality=personality, **case.drawn()):
+        if personality != "npu":
+            pytest.skip("the NPU runner's branch: run with --personality npu")
+        skip_without_speculative(layout, personality)
+        batch = decode.DecodeBatch(input_ids=[1, 2, 3, 4], positions=[5, 6, 7, 8], seq_lens=[9, 10],
+                                   forward_mode="TARGET_VERIFY", draft_visibility=[[[True, False], [True, True]]] * 2)
+        device.reset()
+        target = layout.make_target(case, personality=personality, device=device.torch_device)
+        replays = PlannedReplays(target)
+        try:
+            output = replays.execute(replays.plan(batch))
+        except TypeError as error:
+            if "global_num_tokens_cpu" not in str(error):
+                raise
+            pytest.xfail(f"finding on SGLang {sglang_version()}: NPUGraphRunner.execute's pre-planned DFLASH "
+                         f"branch: {error}")
+        assert_matches_eager(output.next_token_logits, target.eager(batch).next_token_logits, exact=True)
 
 
 @suite_settings(gate_examples=1, shrink_in_gate=False)

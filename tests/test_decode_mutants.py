@@ -15,6 +15,10 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
 - replay_launches_graph_twice: every replay launches its graph twice (same numbers); the device's replay count fails.
 - is_decode_answers_for_another_mode: `ForwardMode.is_decode` is wrong for every caller, so replay and eager agree;
   eager held to the model's closed form fails.
+- The inputs the model reads: seq_lens_sum_not_padded, seq_lens_padded_with_zero, zero_padding_skipped (the
+  backend's plan, the padding promise). TARGET_VERIFY: verify_output_sliced_by_requests, verify_view_drops_spec_info.
+  Batches planned ahead: planned_replay_skips_positions / _input_ids (the pre-planned branch's re-copy).
+  Configuration: default_capture_list_drops_max_bs, padding_switch_ignored.
 """
 from __future__ import annotations
 
@@ -63,7 +67,48 @@ REPLAYS_TWICE = [
      "            self._graphs[shape_key].replay()\n"),
 ]
 
+# -- the inputs the model reads --------------------------------------------------------------------------------
+# The replay view hands the backend the real rows' seq_lens_sum, not the padded batch's.
+SUM_NOT_PADDED = [(RUNNER, "else forward_batch.seq_lens_sum + (bs - raw_bs) * seq_len_fill_value",
+                   "else forward_batch.seq_lens_sum")]
+# Padded seq_lens filled with 0 instead of the backend's fill value (SGLang's own check covers only the ZERO
+# policy's slots): the padding promise fails, or the backend's plan (the view adds the fill value to seq_lens_sum).
+SEQ_LENS_PADDED_ZERO = [("srt/model_executor/cuda_graph_buffer_registry.py",
+                         '            "seq_lens",\n            _bs,\n            torch.int64,\n            axis="bs",\n'
+                         "            padding_policy=PaddingPolicy.FILL_SENTINEL,\n"
+                         "            pad_value=seq_len_fill_value,",
+                         '            "seq_lens",\n            _bs,\n            torch.int64,\n            axis="bs",\n'
+                         "            padding_policy=PaddingPolicy.FILL_SENTINEL,\n            pad_value=0,")]
+# The ZERO padding policy leaves the padded tail as the previous replay left it (pool rows, cache slots, positions
+# of other requests: the stale out-of-range values of SGLang issue #24361); real rows are unaffected, so only the
+# padding promise fails.
+ZERO_PADDING_SKIPPED = [("srt/model_executor/cuda_graph_buffer_registry.py",
+                         "        elif self.padding_policy == PaddingPolicy.ZERO:\n            tail.zero_()\n",
+                         "        elif self.padding_policy == PaddingPolicy.ZERO:\n            pass\n")]
+# -- TARGET_VERIFY -----------------------------------------------------------------------------------------------
+# The replay slices request rows, not token rows (bs instead of bs x draft tokens).
+VERIFY_SLICES_REQUESTS = [(RUNNER, "output.next_token_logits[: self.raw_num_token]",
+                           "output.next_token_logits[: self.raw_bs]")]
+# The replay view drops the batch's spec info: the backend never plans this batch's verify mask.
+VIEW_DROPS_SPEC_INFO = [(RUNNER, "        spec_info=forward_batch.spec_info,\n        lora_ids=(",
+                         "        spec_info=None,\n        lora_ids=(")]
+# -- batches planned ahead: the pre-planned branch's re-copy (`_copy_replay_inputs`) loses one input -------------
+PLANNED_SKIPS_POSITIONS = [
+    (RUNNER, "            self.buffers.positions[: self.raw_num_token].copy_(forward_batch.positions)\n",
+     "            pass\n")]
+PLANNED_SKIPS_INPUT_IDS = [
+    (RUNNER, "            self.buffers.input_ids[: self.raw_num_token].copy_(forward_batch.input_ids)\n",
+     "            pass\n")]
+# -- configuration -----------------------------------------------------------------------------------------------
+DEFAULT_LIST_DROPS_MAX = [("srt/arg_groups/cuda_graph_hook.py",
+                           "    if max_bs not in capture_bs:\n        capture_bs.append(max_bs)\n", "")]
+PADDING_SWITCH_IGNORED = [(RUNNER, "            if self.disable_padding\n            else cuda_graph_bs <= self.max_bs",
+                           "            if False\n            else cuda_graph_bs <= self.max_bs")]
+
 DYNAMIC = f"{SUITE}::test_replay_matches_eager_and_patch_model_contract"
+VERIFY = f"{SUITE}::test_target_verify_replay_matches_eager"
+PLANNED = f"{SUITE}::test_planned_batches_replay_matches_eager"
+PADDING = f"{SUITE}::test_padding_disabled_replays_only_captured_sizes"
 STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
 
 # name -> (edits, test to run, extra options, oracle expected, texts expected in the diagnosis)
@@ -90,6 +135,24 @@ MUTANTS = {
         IS_DECODE_WRONG, DYNAMIC, (), "eager-equality", ["eager itself differs from the model's closed form"]),
     "compile_sizes_off_by_one": (
         COMPILE_OFF_BY_ONE, DYNAMIC, (), "hook-contract", ["but the case asks for capture", "and compile"]),
+    "seq_lens_sum_not_padded": (
+        SUM_NOT_PADDED, DYNAMIC, (), "eager-equality", ["seq_lens_sum", "away from the sum"]),
+    "seq_lens_padded_with_zero": (
+        SEQ_LENS_PADDED_ZERO, DYNAMIC, (), "eager-equality", ["padded rows", "`seq_lens`", "promises 1"]),
+    "zero_padding_skipped": (
+        ZERO_PADDING_SKIPPED, DYNAMIC, (), "eager-equality", ["padded rows", "promises 0"]),
+    "verify_output_sliced_by_requests": (
+        VERIFY_SLICES_REQUESTS, VERIFY, (), "eager-equality", ["TARGET_VERIFY", "shape or dtype differs"]),
+    "verify_view_drops_spec_info": (
+        VIEW_DROPS_SPEC_INFO, VERIFY, (), "eager-equality", ["TARGET_VERIFY", "attention metadata visible_drafts"]),
+    "planned_replay_skips_positions": (
+        PLANNED_SKIPS_POSITIONS, PLANNED, (), "eager-equality", ["`positions` holds"]),
+    "planned_replay_skips_input_ids": (
+        PLANNED_SKIPS_INPUT_IDS, PLANNED, (), "eager-equality", ["`input_ids` holds"]),
+    "default_capture_list_drops_max_bs": (
+        DEFAULT_LIST_DROPS_MAX, DYNAMIC, (), "hook-contract", ["default decode capture list", "ending at"]),
+    "padding_switch_ignored": (
+        PADDING_SWITCH_IGNORED, PADDING, (), "eager-equality", ["accepted", "with padding disabled"]),
 }
 
 

@@ -1,24 +1,32 @@
 """A tiny decode model whose every output is derivable by hand, shaped like an SGLang model for the decode runner.
 
-For token row `i` of a batch (one token per request in plain decode):
+It reads, inside the captured or compiled region, every input the runner prepares for a real model. For token row
+`i` of a batch of `bs` requests with `w` tokens each (w = 1 in plain decode, the draft-token count in TARGET_VERIFY),
+request `r = i // w`:
 
-    h_i     = 3 * input_ids[i] + 0.5 * positions[i] + 19          embedding-like step
-    h_i    += 0.25 * seq_lens[i]                                    attention-like step; `seq_lens` is the metadata
-                                                                    the attention backend published
-                                                                    (`forward_metadata.seq_lens` of the backend
-                                                                    the release hands the forward; see
-                                                                    `bind_sglang_hooks`)
-    h_i    *= 2            when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
-    h_i    += scale_i * h_i  when LoRA is on and this graph is not the "nolora" variant; `scale_i` is the
-                                                                    request's adapter scale (LORA_SCALES; 0 for a
-                                                                    request without adapter)
+    h_i  = 3 * input_ids[i] + 0.5 * positions[i] + 19                 embedding-like step
+    h_i += 0.25 * seq_lens[r]                                          attention metadata: the seq_lens the backend
+                                                                       published (`forward_metadata.seq_lens`)
+    h_i += 0.5 * req_pool_indices[r] + 0.125 * out_cache_loc[i]        the batch's pool rows and cache slots
+    h_i += 0.5 * visible_drafts[i]                                     attention metadata from spec info: the True
+                                                                       entries of row i's draft columns in the
+                                                                       verify custom mask (0 without spec info)
+    h_i += 0.25 * (seq_lens_sum - sum(seq_lens))                       the backend's plan: the sum it was handed
+                                                                       against the seq_lens it was handed (0 when
+                                                                       they agree, padding included)
+    h_i *= 2               when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
+    h_i += scale_r * h_i   when LoRA is on and this graph is not the "nolora" variant; `scale_r` is the
+                                                                       request's adapter scale (LORA_SCALES; 0 for a
+                                                                       request without adapter)
     next_token_logits[i, v] = h_i * (v + 1)        for v in 0..VOCAB-1
+    hidden_states[i, k]     = h_i                  for k in 0..HIDDEN-1, when the batch's capture_hidden_mode
+                                                   asks for hidden states (EAGLE's TARGET_VERIFY: FULL)
 
-Example: input_id 2, position 4, seq_len 5, DECODE, adapter "a1" (scale 1):
-h = 6 + 2 + 19 = 27; + 1.25 = 28.25; * 2 = 56.5; + 56.5 = 113; logits = [113, 226, 339, ...].
+Example: input_id 2, position 4, seq_len 5, pool row 2, cache slot 8, DECODE, adapter "a1" (scale 1):
+h = 6 + 2 + 19 = 27; + 1.25 + 1 + 1 = 30.25; * 2 = 60.5; + 60.5 = 121; logits = [121, 242, 363, ...].
 
-All values are small multiples of 0.25, so float32 holds them exactly: replay and eager must agree bit for bit with
-the eager compile backend.
+All values are small multiples of 0.125, so float32 holds them exactly: replay and eager must agree bit for bit with
+the eager compile backend. Rows past the real batch (padding) are computed too and must never reach the output.
 
 `forward(input_ids, positions, forward_batch)` returns SGLang's `LogitsProcessorOutput`; the LoRA scales come from a
 `LoRAManagerDouble`, whose `prepare_lora_batch` is what SGLang calls before a LoRA batch (at capture inside the runner,
@@ -26,7 +34,7 @@ at replay where `ForwardBatch.init_new` would).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -35,17 +43,45 @@ HIDDEN = 4
 LORA_SCALES = {None: 0.0, "a1": 1.0, "a2": 2.0, "a3": -0.5}
 
 
-def expected_logits(input_ids, positions, seq_lens, *, decode=True, lora_scales=None) -> torch.Tensor:
-    """The closed form above, computed in float64 from plain lists, for hand-checkable expectations."""
+def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cache_loc, visible_drafts=None,
+                    decode=True, lora_scales=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(next_token_logits, hidden_states) of the closed form above, in float64 from plain lists (per request:
+    seq_lens, req_pool_indices, lora_scales; per token: the rest)."""
+    width = len(input_ids) // len(seq_lens) if seq_lens else 0
+    visible_drafts = visible_drafts or [0] * len(input_ids)
     rows = []
-    for k, (t, p, s) in enumerate(zip(input_ids, positions, seq_lens)):
-        h = 3 * t + 0.5 * p + 19 + 0.25 * s
+    for i, (t, p) in enumerate(zip(input_ids, positions)):
+        r = i // width
+        h = 3 * t + 0.5 * p + 19 + 0.25 * seq_lens[r] + 0.5 * req_pool_indices[r] + 0.125 * out_cache_loc[i] \
+            + 0.5 * visible_drafts[i]
         if decode:
             h *= 2
         if lora_scales is not None:
-            h += lora_scales[k] * h
-        rows.append([h * (v + 1) for v in range(VOCAB)])
-    return torch.tensor(rows, dtype=torch.float64).reshape(-1, VOCAB)
+            h += lora_scales[r] * h
+        rows.append(h)
+    h = torch.tensor(rows, dtype=torch.float64).reshape(-1, 1)
+    return h * torch.arange(1, VOCAB + 1, dtype=torch.float64), h.expand(-1, HIDDEN)
+
+
+def visible_draft_counts(seq_lens: Sequence[int], custom_mask: Optional[torch.Tensor], width: int,
+                         rows: int) -> torch.Tensor:
+    """Per token row, the True entries of its draft columns in an EAGLE verify mask: request r owns `width` rows of
+    `seq_lens[r] + width` columns (its prefix, then its drafts), requests one after another. Rows the mask does not
+    cover (padding) count 0. What a verify attention backend plans from `spec_info.custom_mask`."""
+    counts = torch.zeros(rows, dtype=torch.int64)
+    if custom_mask is None:
+        return counts
+    mask = custom_mask.to("cpu", torch.int64)
+    offset = 0
+    for r, prefix in enumerate(seq_lens):
+        span = prefix + width
+        for j in range(width):
+            start = offset + j * span + prefix
+            if start + width > mask.numel() or r * width + j >= rows:
+                return counts
+            counts[r * width + j] = int(mask[start:start + width].sum())
+        offset += width * span
+    return counts
 
 
 class LoRAManagerDouble:
@@ -132,12 +168,18 @@ class DecodeModel(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, **kwargs):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
+        n = input_ids.shape[0]
+        request = torch.arange(n, device=input_ids.device) // max(n // max(forward_batch.batch_size, 1), 1)
+        metadata = _hooks["attn_backend"](forward_batch).forward_metadata
+        per_request = 0.25 * metadata.seq_lens.to(torch.float32) + \
+            0.5 * forward_batch.req_pool_indices.to(torch.float32)[: metadata.seq_lens.shape[0]]
         h = 3.0 * input_ids.to(torch.float32) + 0.5 * positions.to(torch.float32) + 19.0
-        seq_lens = _hooks["attn_backend"](forward_batch).forward_metadata.seq_lens
-        h = h + 0.25 * seq_lens[: h.shape[0]].to(torch.float32)
+        h = h + per_request[request] + 0.125 * forward_batch.out_cache_loc[:n].to(torch.float32)
+        h = h + 0.5 * metadata.visible_drafts[:n].to(torch.float32) + 0.25 * metadata.sum_gap.to(torch.float32)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
         if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":
-            h = h + self.lora_manager.batch_scales[: h.shape[0]] * h
+            h = h + self.lora_manager.batch_scales[request] * h
         logits = h[:, None] * self.vocab_weight[None, :]
-        return LogitsProcessorOutput(next_token_logits=logits)
+        hidden = h[:, None].expand(n, HIDDEN).clone() if forward_batch.capture_hidden_mode.need_capture() else None
+        return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden)

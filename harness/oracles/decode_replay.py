@@ -1,20 +1,22 @@
 """Replay against eager, batch after batch, so stale values cannot hide.
 
 Each drawn batch is replayed through the runner and compared with eager on its real rows; then the same batch with
-every input id shifted by one is replayed at once (same graph, new inputs): a replay that returned the previous
-replay's values, or read an input buffer that was not refilled, differs from eager there. Eager itself is held to
-the model's closed form (`decode_model.expected_logits`), so a wrong reference cannot make both sides agree.
+every input id and position shifted by one is replayed at once (same graph, new inputs): a replay that returned the
+previous replay's values, or read an input buffer that was not refilled, differs from eager there. Eager itself is
+held to the model's closed form (`decode_model.expected_output`, logits and hidden states), so a wrong reference
+cannot make both sides agree. Padded rows of the static inputs are held to SGLang's padding policy.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 from harness.counter import counter
-from harness.models.decode_model import LORA_SCALES, expected_logits
+from harness.models.decode_model import LORA_SCALES, expected_output
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.graph_replay import check_graph_forward, replay_delta
+from harness.oracles.patch_contract import expected_sizes
 
 
 def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exact: bool) -> None:
@@ -25,7 +27,7 @@ def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exac
         if not entry.enable_compile:
             continue
         n = entry.num_tokens
-        batch = batch_of_size(n, lora=target.lora_manager is not None)
+        batch = batch_of_size(n, lora=target.lora_manager is not None, width=target.case.tokens_per_request)
         compiled = target.eager(batch, forward=entry.forward).next_token_logits
         expected = target.eager(batch).next_token_logits
         try:
@@ -36,36 +38,105 @@ def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exac
 
 
 def shifted(batch):
-    return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids])
+    return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids],
+                               positions=[p + 1 for p in batch.positions])
 
 
-def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool) -> None:
-    """`count_replays` (a device the counter sees): each replay must also have replayed exactly one graph."""
+def by_hand(target, batch):
+    """(logits, hidden states) of the model's closed form for `batch`, from the drawn values alone."""
+    scales = [LORA_SCALES[i] for i in batch.lora_ids] if target.lora_manager and batch.lora_ids else None
+    return expected_output(batch.input_ids, batch.positions, batch.seq_lens, req_pool_indices=batch.pool_rows,
+                           out_cache_loc=batch.cache_slots, visible_drafts=batch.visible_drafts(),
+                           decode=batch.forward_mode == "DECODE", lora_scales=scales)
+
+
+TOKEN_INPUTS = ("input_ids", "positions", "out_cache_loc")
+REQUEST_INPUTS = ("req_pool_indices", "seq_lens")
+
+
+def _wanted(batch) -> dict:
+    return {"input_ids": batch.input_ids, "positions": batch.positions, "out_cache_loc": batch.cache_slots,
+            "req_pool_indices": batch.pool_rows, "seq_lens": batch.seq_lens}
+
+
+def stale_inputs(target, batch) -> str:
+    """Which static input (or attention metadata) the runner holds for the batch's real rows differs from the batch:
+    a diagnosis only, read after a failure, never the expectation."""
+    held = {name: (target.static_buffer(name), wanted) for name, wanted in _wanted(batch).items()}
+    metadata = target.attn_backend.forward_metadata
+    held["attention metadata seq_lens"] = (metadata.seq_lens, batch.seq_lens)
+    held["attention metadata visible_drafts"] = (metadata.visible_drafts, batch.visible_drafts())
+    wrong = [f"`{name}` holds {buffer[:len(wanted)].tolist()} where the batch has {list(wanted)}"
+             for name, (buffer, wanted) in held.items()
+             if buffer is not None and buffer[:len(wanted)].tolist() != list(wanted)]
+    if int(metadata.sum_gap) != 0:
+        wrong.append(f"the attention backend was handed a seq_lens_sum {int(metadata.sum_gap)} away from the sum "
+                     "of the seq_lens it was handed")
+    return ("; static inputs: " + "; ".join(wrong)) if wrong else ""
+
+
+def check_padding_promises(target, batch, index: int) -> None:
+    """Rows past the batch in the static buffers hold what SGLang's buffer registry promises (seq_lens the
+    backend's fill value; pool rows, cache slots and positions 0), up to the padded size the case implies: the
+    smallest captured size that holds the batch (`patch_contract.expected_sizes`)."""
+    if not target.promises_padding:
+        return
+    padded = min(s for s in expected_sizes(target.case)[0] if s >= batch.batch_size)
+    width = target.case.tokens_per_request
+    promised = {"seq_lens": target.attn_backend.get_cuda_graph_seq_len_fill_value(), "req_pool_indices": 0,
+                "positions": 0, "out_cache_loc": 0}
+    for name, value in promised.items():
+        start, stop = (batch.batch_size, padded) if name in REQUEST_INPUTS else \
+            (batch.batch_size * width, padded * width)
+        rows = target.static_buffer(name)[start:stop].tolist()
+        if any(v != value for v in rows):
+            raise OracleFailure("eager-equality", f"replay {index}: padded rows {start}..{stop - 1} of `{name}` hold "
+                                f"{rows}, SGLang's padding policy promises {value} (batch of {batch.batch_size} "
+                                f"request(s) padded to {padded})", batch=batch)
+
+
+def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool,
+                              replay: Optional[Callable] = None) -> None:
+    """`count_replays` (a device the counter sees): each replay must also have replayed exactly one graph.
+    `replay(batch, step)`: how each batch reaches the runner, returning (output, the batch whose closed form the
+    output must equal); default `target.replay` and the batch itself."""
+    replay = replay or (lambda batch, step: (target.replay(batch), batch))
     for index, drawn in enumerate(batches):
         for which, batch in (("drawn", drawn), ("shifted", shifted(drawn))):
-            if not target.can_replay(batch):
-                raise OracleFailure("eager-equality", f"the runner refused to replay batch size {batch.batch_size}"
-                                    f" although it captured {target.capture_bs}", batch=batch)
+            servable = not target.case.disable_padding or batch.batch_size in expected_sizes(target.case)[0]
+            if target.can_replay(batch) != servable:
+                raise OracleFailure("eager-equality", f"the runner {'refused' if servable else 'accepted'} to "
+                                    f"replay batch size {batch.batch_size} having captured {target.capture_bs}"
+                                    f"{' with padding disabled' if target.case.disable_padding else ''}",
+                                    batch=batch, refused_captured=servable)
+            if not servable:
+                continue  # padding disabled: SGLang runs this batch eagerly, outside the graphs
             mark = counter.mark()
-            output = target.replay(batch)
+            output, batch = replay(batch, 2 * index + (which == "shifted"))
             delta = replay_delta(counter.since(mark))
-            logits = output.next_token_logits.clone()
-            expected = target.eager(batch).next_token_logits
-            scales = [LORA_SCALES[i] for i in batch.lora_ids] if target.lora_manager and batch.lora_ids else None
-            by_hand = expected_logits(batch.input_ids, batch.positions, batch.seq_lens,
-                                      decode=batch.forward_mode == "DECODE", lora_scales=scales)
+            if count_replays:  # one graph per size and variant: a replay replays exactly one (checked first: the
+                # most specific diagnosis of a skipped or doubled launch)
+                check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
+                                                      f"{batch.forward_mode} request(s)")
+            got = (output.next_token_logits.clone(),
+                   None if output.hidden_states is None else output.hidden_states.clone())
+            eager = target.eager(batch)
+            logits, hidden = by_hand(target, batch)
             try:
-                assert_matches_eager(expected, by_hand.to(expected.dtype), exact=True)
+                assert_matches_eager(eager.next_token_logits, logits.to(eager.next_token_logits.dtype), exact=True)
+                if eager.hidden_states is not None:
+                    assert_matches_eager(eager.hidden_states, hidden.to(eager.hidden_states.dtype), exact=True)
             except OracleFailure as failure:
                 raise OracleFailure(failure.oracle, f"eager itself differs from the model's closed form on {which} "
                                     f"batch {batch}: {failure.diagnosis}", **failure.details) from None
             try:
-                assert_matches_eager(logits, expected, exact=exact)
+                assert_matches_eager(got[0], eager.next_token_logits, exact=exact)
+                if eager.hidden_states is not None or got[1] is not None:
+                    assert_matches_eager(got[1], eager.hidden_states, exact=exact)
             except OracleFailure as failure:
                 failure.details.update(replay_index=index, batch=f"{which} {batch}",
                                        capture_bs=target.capture_bs)
                 raise OracleFailure(failure.oracle, f"replay {index} ({which} batch of {batch.batch_size} "
-                                    f"{batch.forward_mode} row(s)): {failure.diagnosis}", **failure.details) from None
-            if count_replays:  # one graph per size and variant: a replay replays exactly one
-                check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
-                                                      f"{batch.forward_mode} row(s)")
+                                    f"{batch.forward_mode} request(s)): {failure.diagnosis}"
+                                    f"{stale_inputs(target, batch)}", **failure.details) from None
+            check_padding_promises(target, batch, index)

@@ -38,8 +38,37 @@ def expected_sizes(case) -> tuple[list[int], list[int]]:
     return capture, compile_bs
 
 
+def check_default_capture_list(target) -> None:
+    """A capture list left to SGLang's default (`--cuda-graph-max-bs M`, no list) is what the arguments imply:
+    sizes 1..M, sorted, with 1 and M; every size 1..M with padding disabled; every size up to min(8, M) under
+    speculative decoding (less padding for small verify batches); otherwise 1, 2, 4 and 8 (those up to M), and no
+    gap wider than 8 between neighbours (M <= 256)."""
+    drawn = target.drawn_case
+    if drawn.default_max_bs is None or "default_max_bs" in target.dropped_options:
+        return
+    top, sizes = drawn.default_max_bs, list(target.case.capture_bs)
+    if drawn.disable_padding:
+        must, why = list(range(1, top + 1)), "every size 1..M (padding disabled)"
+    elif drawn.spec is not None:
+        must, why = list(range(1, min(8, top) + 1)), "every size up to min(8, M) (speculative decoding)"
+    else:
+        must, why = [s for s in (1, 2, 4, 8) if s <= top], "1, 2, 4 and 8 up to M"
+    gaps = [b - a for a, b in zip(sizes, sizes[1:])]
+    problems = [text for bad, text in (
+        (sizes != sorted(set(sizes)), "not sorted and unique"),
+        (not sizes or sizes[0] < 1 or sizes[-1] != top, f"not within 1..{top} ending at {top}"),
+        (any(s not in sizes for s in must), f"missing some of {why}: {must}"),
+        (top <= 256 and any(g > 8 for g in gaps), "a gap wider than 8 between neighbours")) if bad]
+    if problems:
+        raise OracleFailure(ORACLE, f"SGLang's default decode capture list for --cuda-graph-max-bs {top} "
+                                    f"(padding {'off' if drawn.disable_padding else 'on'}, speculative "
+                                    f"{'on' if drawn.spec else 'off'}) is {sizes}: {'; '.join(problems)}",
+                            capture_bs=sizes)
+
+
 def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captured: int | None = None) -> None:
     """`graphs_captured`: the graphs the device captured during construction, where it counts them."""
+    check_default_capture_list(target)
     personality = target.personality
     expected = expected_patch_name(personality, layout)
     # graphs per size: the LoRA and the "nolora" variant when the (CUDA) runner records both, else one
@@ -68,13 +97,15 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captu
             ran=[(e.name, e.num_tokens, e.enable_compile) for e in entries])
     hooks.assert_called(expected, times=len(sizes) * variants,
                         why=f"once per captured size and LoRA variant, personality {personality}")
-    compiled = sorted({e.num_tokens for e in entries if e.enable_compile})
+    width = target.case.tokens_per_request  # patch_model is told tokens: sizes x draft tokens under TARGET_VERIFY
+    compiled = sorted({e.num_tokens // width for e in entries if e.enable_compile})
     if compiled != compile_bs:
         raise OracleFailure(ORACLE, f"`{expected}` was asked to compile sizes {compiled}, expected {compile_bs} "
                                     "(the captured sizes up to torch_compile_max_bs)", capture_bs=sizes)
-    sizes_entered = sorted({e.num_tokens for e in entries})
-    if sizes_entered != sizes:
-        raise OracleFailure(ORACLE, f"`{expected}` was entered for sizes {sizes_entered}, expected {sizes}",
+    tokens_entered = sorted({e.num_tokens for e in entries})
+    if tokens_entered != [s * width for s in sizes]:
+        raise OracleFailure(ORACLE, f"`{expected}` was entered for {tokens_entered} token(s), expected "
+                                    f"{[s * width for s in sizes]} (sizes {sizes} x {width} token(s) per request)",
                             capture_bs=sizes)
     for entry in entries:
         if len(entry.calls) != 3 or entry.calls[-1] != "capture" or "capture" in entry.calls[:-1]:

@@ -15,7 +15,7 @@ from unittest import mock
 
 import torch
 
-from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble
+from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble, visible_draft_counts
 from harness.targets.sglang_plumbing import ensure_tp_group, load
 
 
@@ -37,6 +37,36 @@ class Layout:
         """Construct the real runner for `case` (which captures); keyword arguments as `DecodeTarget`."""
         return self.target_class(case, layout=self, **kwargs)
 
+    def speculative_missing(self) -> Optional[str]:
+        """Why this release cannot run the speculative TARGET_VERIFY cases or the pre-planned batches (naming the
+        release and the missing name), or None when it can."""
+        from harness.versions import module_exists, sglang_version
+
+        needed = ((self.runner_module, f"{self.runner_class}.get_spec_info"),
+                  ("sglang.srt.speculative.eagle_info", "EagleVerifyInput"),
+                  ("sglang.srt.model_executor.forward_batch_info", "ForwardBatch.needs_forward_metadata_init"))
+        for module, name in needed:
+            if not module_exists(module):
+                return f"SGLang {sglang_version()} has no {module}: no speculative TARGET_VERIFY graphs to drive"
+            owner = load(module)
+            for part in name.split("."):
+                owner = getattr(owner, part, None)
+            if owner is None:
+                return (f"SGLang {sglang_version()} has no {module}.{name}: no speculative TARGET_VERIFY graphs or "
+                        "pre-planned batches to drive")
+        return None
+
+    def planning_missing(self, personality: str) -> Optional[str]:
+        """Why the pre-planned batches cannot run here (the personality's runner has no `load_batch` to plan with,
+        e.g. the NPU runner of main trees of June 2026, or `speculative_missing`), or None when they can."""
+        from harness.versions import sglang_version
+
+        module, name = (self.npu_runner_module, self.npu_runner_class) if personality == "npu" else \
+            (self.runner_module, self.runner_class)
+        if not hasattr(load(module, name), "load_batch"):
+            return f"SGLang {sglang_version()} has no {module}.{name}.load_batch: no pre-planned batches to drive"
+        return self.speculative_missing()
+
     def runner_accepts(self, option: str) -> bool:
         """Whether the CUDA runner's constructor takes keyword `option` on this release."""
         runner_class = load(self.runner_module, self.runner_class)
@@ -44,8 +74,25 @@ class Layout:
 
 
 @dataclasses.dataclass(frozen=True)
+class SpecSettings:
+    """Speculative decoding as a user sets it: the algorithm (EAGLE, STANDALONE: EAGLE's verify without hidden
+    states, NGRAM, DFLASH), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
+    request)."""
+
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    algorithm: str = "EAGLE"
+
+    @property
+    def captures_hidden(self) -> bool:
+        """Whether the target verify returns hidden states (EAGLE's draft reads them)."""
+        return self.algorithm in ("EAGLE", "DFLASH")
+
+
+@dataclasses.dataclass(frozen=True)
 class DecodeCase:
-    """What one example captures: the published config and the runner's options."""
+    """What one example captures: the published config and the runner's options (`spec`: EAGLE TARGET_VERIFY)."""
 
     capture_bs: tuple[int, ...]
     max_running_requests: int
@@ -54,6 +101,13 @@ class DecodeCase:
     lora: bool = False
     record_nolora_graph: bool = False
     compile_backend: str = "eager"  # "eager": patch_model's inductor compiles use Dynamo's eager backend instead
+    spec: Optional[SpecSettings] = None
+    disable_padding: bool = False  # --disable-cuda-graph-padding: only captured sizes replay
+    default_max_bs: Optional[int] = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
+
+    @property
+    def tokens_per_request(self) -> int:
+        return self.spec.num_draft_tokens if self.spec else 1
 
     def drawn(self) -> dict:
         return dataclasses.asdict(self)
@@ -61,49 +115,126 @@ class DecodeCase:
 
 @dataclasses.dataclass
 class DecodeBatch:
-    """One decode batch as the scheduler would hand it over (request rows only, no padding)."""
+    """One batch as the scheduler (or, for TARGET_VERIFY, the EAGLE worker) would hand it over: request rows only,
+    no padding. Per request: seq_lens, req_pool_indices, lora_ids, draft_visibility; per token (requests x
+    tokens per request): input_ids, positions, out_cache_loc."""
 
     input_ids: list[int]
     positions: list[int]
     seq_lens: list[int]
     lora_ids: Optional[list[Optional[str]]] = None
     forward_mode: str = "DECODE"
+    req_pool_indices: Optional[list[int]] = None  # None: 0..bs-1
+    out_cache_loc: Optional[list[int]] = None  # None: 0..tokens-1
+    draft_visibility: Optional[list[list[list[bool]]]] = None  # TARGET_VERIFY: per request, draft rows x columns
 
     @property
     def batch_size(self) -> int:
-        return len(self.input_ids)
+        return len(self.seq_lens)
 
-    def to_forward_batch(self, device: str = "cpu"):
+    @property
+    def pool_rows(self) -> list[int]:
+        return self.req_pool_indices if self.req_pool_indices is not None else list(range(self.batch_size))
+
+    @property
+    def cache_slots(self) -> list[int]:
+        return self.out_cache_loc if self.out_cache_loc is not None else list(range(len(self.input_ids)))
+
+    def custom_mask(self) -> Optional[list[bool]]:
+        """The EAGLE verify mask, flattened: per request, per draft row, its prefix (all visible) then its drafts."""
+        if self.draft_visibility is None:
+            return None
+        return [bit for prefix, rows in zip(self.seq_lens, self.draft_visibility) for row in rows
+                for bit in [True] * prefix + list(row)]
+
+    def visible_drafts(self) -> list[int]:
+        if self.draft_visibility is None:
+            return [0] * len(self.input_ids)
+        return [sum(row) for rows in self.draft_visibility for row in rows]
+
+    def to_forward_batch(self, device: str = "cpu", spec: Optional[SpecSettings] = None):
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
-        bs = self.batch_size
-        seq_lens = torch.tensor(self.seq_lens, dtype=torch.int64, device=device)
+        def tensor(values):
+            return torch.tensor(values, dtype=torch.int64, device=device)
+
+        seq_lens = tensor(self.seq_lens)
+        verify = spec is not None  # a speculative target worker's batch: TARGET_VERIFY, or IDLE
         return ForwardBatch(
             forward_mode=ForwardMode[self.forward_mode],
-            batch_size=bs,
-            input_ids=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
-            req_pool_indices=torch.arange(bs, dtype=torch.int64, device=device),
+            batch_size=self.batch_size,
+            input_ids=tensor(self.input_ids),
+            req_pool_indices=tensor(self.pool_rows),
             seq_lens=seq_lens,
             seq_lens_cpu=seq_lens.cpu(),
-            out_cache_loc=torch.arange(bs, dtype=torch.int64, device=device),
+            out_cache_loc=tensor(self.cache_slots),
             seq_lens_sum=int(sum(self.seq_lens)),
-            positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+            positions=tensor(self.positions),
             lora_ids=list(self.lora_ids) if self.lora_ids is not None else None,
             global_forward_mode=ForwardMode[self.forward_mode],
-            capture_hidden_mode=CaptureHiddenMode.NULL,
+            capture_hidden_mode=CaptureHiddenMode.FULL if verify and spec.captures_hidden else CaptureHiddenMode.NULL,
+            spec_info=self.verify_input(device, spec) if verify else None,
         )
+
+    def verify_input(self, device: str, spec: SpecSettings):
+        """SGLang's own verify input for this batch (`EagleVerifyInput`, `NgramVerifyInput`), as the worker's
+        prepare-for-verify builds it (the retrieve_* tree tensors feed only the sampling kernel after the forward,
+        never the runner); for an IDLE batch SGLang's idle input (NGRAM, and releases whose idle input is made on
+        "cuda" only: none)."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+        if spec.algorithm == "DFLASH":
+            if self.forward_mode == "IDLE":
+                return None
+            from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+
+            return DFlashVerifyInput(
+                draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
+                positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+                draft_token_num=spec.num_draft_tokens,
+                custom_mask=torch.tensor(self.custom_mask(), dtype=torch.bool, device=device))
+        if spec.algorithm == "NGRAM":
+            if self.forward_mode == "IDLE":
+                return None
+            from sglang.srt.speculative.ngram_info import NgramVerifyInput
+
+            mask = "custom_mask" if "custom_mask" in inspect.signature(NgramVerifyInput).parameters else "tree_mask"
+            return NgramVerifyInput(  # the mask is `tree_mask` in main trees of June 2026
+                draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
+                positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+                retrieve_index=None, retrieve_next_token=None, retrieve_next_sibling=None,
+                draft_token_num=spec.num_draft_tokens,
+                **{mask: torch.tensor(self.custom_mask(), dtype=torch.bool, device=device)})
+        if self.forward_mode == "IDLE":
+            if "device" not in inspect.signature(EagleVerifyInput.create_idle_input).parameters:
+                return None  # up to 0.5.1x the idle input is made on "cuda" only
+            return EagleVerifyInput.create_idle_input(topk=spec.topk, spec_steps=spec.num_steps,
+                                                      num_verify_tokens=spec.num_draft_tokens, device=device)
+        return EagleVerifyInput(
+            draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
+            custom_mask=torch.tensor(self.custom_mask(), dtype=torch.bool, device=device),
+            positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
+            retrieve_index=None, retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
+            spec_steps=spec.num_steps, topk=spec.topk, draft_token_num=spec.num_draft_tokens,
+            capture_hidden_mode=CaptureHiddenMode.FULL if spec.captures_hidden else CaptureHiddenMode.NULL,
+            seq_lens_sum=int(sum(self.seq_lens)),
+            seq_lens_cpu=torch.tensor(self.seq_lens, dtype=torch.int64))
 
 
 # -- doubles --------------------------------------------------------------------------------------------------
-STATIC_CAPACITY = 64  # rows of the doubles' static buffers: fixed, so their shapes (Dynamo guards) never change
+STATIC_CAPACITY = 128  # rows of the doubles' static buffers: fixed, so their shapes (Dynamo guards) never change
 
 
 def make_attention_backend_class():
-    """An attention backend double subclassing SGLang's `AttentionBackend`: its metadata is the batch's seq_lens.
+    """An attention backend double subclassing SGLang's `AttentionBackend`. Its metadata is what a real backend
+    plans out of the graph from the batch: the seq_lens, the sum it was handed against those seq_lens
+    (`sum_gap`, 0 when they agree), and from spec info the visible draft tokens of each row of the verify mask
+    (`decode_model.visible_draft_counts`).
 
-    One static `seq_lens` buffer: at capture and replay the runner calls `init_forward_metadata_out_graph` with the
-    padded static batch; the double copies its seq_lens into the buffer and publishes a view of it, so the captured
-    graph reads the buffer each replay refills. Eager batches get a fresh tensor."""
+    Static buffers: at capture and replay the runner calls `init_forward_metadata_out_graph` with the padded
+    static batch; the double writes into its buffers and publishes views of them, so the captured graph reads the
+    buffers each replay refills. Eager batches get fresh tensors."""
     from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
@@ -111,15 +242,17 @@ def make_attention_backend_class():
         def __init__(self, seq_len_fill_value: int = 1, device: str = "cpu") -> None:
             self.seq_len_fill_value = seq_len_fill_value
             self.device = device
-            self.graph_seq_lens: Optional[torch.Tensor] = None
+            self.graph: Optional[SimpleNamespace] = None
             self.forward_metadata = None
             self.metadata_inits = 0
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-            rows = max(max_bs, STATIC_CAPACITY)
-            if self.graph_seq_lens is None or self.graph_seq_lens.shape[0] < rows:
-                self.graph_seq_lens = torch.full((rows,), self.seq_len_fill_value, dtype=torch.int64,
-                                                 device=self.device)
+            rows = max(max_bs, max_num_tokens, STATIC_CAPACITY)
+            if self.graph is None or self.graph.seq_lens.shape[0] < rows:
+                self.graph = SimpleNamespace(
+                    seq_lens=torch.full((rows,), self.seq_len_fill_value, dtype=torch.int64, device=self.device),
+                    visible_drafts=torch.zeros((rows,), dtype=torch.int64, device=self.device),
+                    sum_gap=torch.zeros((), dtype=torch.int64, device=self.device))
 
         def get_cuda_graph_seq_len_fill_value(self) -> int:
             return self.seq_len_fill_value
@@ -127,13 +260,27 @@ def make_attention_backend_class():
         def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
             self.metadata_inits += 1
             seq_lens = forward_batch.seq_lens
-            static = self.graph_seq_lens is not None and (in_capture or not isinstance(
-                forward_batch, ForwardBatch)) and seq_lens.shape[0] <= self.graph_seq_lens.shape[0]
+            bs = seq_lens.shape[0]
+            rows = forward_batch.input_ids.shape[0] if getattr(forward_batch, "input_ids", None) is not None \
+                else bs
+            spec_info = getattr(forward_batch, "spec_info", None)
+            width = getattr(spec_info, "draft_token_num", None) or 1
+            visible = visible_draft_counts(seq_lens.tolist(), getattr(spec_info, "custom_mask", None), width,
+                                           max(rows, bs * width))
+            total = getattr(forward_batch, "seq_lens_sum", None)
+            gap = torch.tensor(0 if total is None else total - int(seq_lens.sum()), dtype=torch.int64)
+            static = self.graph is not None and (in_capture or not isinstance(
+                forward_batch, ForwardBatch)) and visible.shape[0] <= self.graph.seq_lens.shape[0]
             if static:
-                self.graph_seq_lens[: seq_lens.shape[0]].copy_(seq_lens)
-                self.forward_metadata = SimpleNamespace(seq_lens=self.graph_seq_lens[: seq_lens.shape[0]])
+                self.graph.seq_lens[:bs].copy_(seq_lens)
+                self.graph.visible_drafts[: visible.shape[0]].copy_(visible)
+                self.graph.sum_gap.copy_(gap)
+                self.forward_metadata = SimpleNamespace(seq_lens=self.graph.seq_lens[:bs],
+                                                        visible_drafts=self.graph.visible_drafts,
+                                                        sum_gap=self.graph.sum_gap)
             else:
-                self.forward_metadata = SimpleNamespace(seq_lens=seq_lens.clone())
+                self.forward_metadata = SimpleNamespace(seq_lens=seq_lens.clone(), visible_drafts=visible.to(
+                    self.device), sum_gap=gap.to(self.device))
 
     return DecodeAttentionDouble
 
@@ -167,8 +314,10 @@ class _KvIndexTranslator:
 
 
 def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_running_requests: int,
-                      server_args: Any, lora_manager: Optional[LoRAManagerDouble]) -> SimpleNamespace:
-    """The attributes of SGLang's ModelRunner that the decode runners (and NPU subclasses) of every layout read."""
+                      server_args: Any, lora_manager: Optional[LoRAManagerDouble],
+                      spec: Optional[SpecSettings] = None) -> SimpleNamespace:
+    """The attributes of SGLang's ModelRunner that the decode runners (and NPU subclasses) of every layout read;
+    `spec`: a speculative target worker's."""
     from sglang.srt.distributed import parallel_state
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -178,7 +327,7 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
         hf_config=hf_config, hf_text_config=hf_config, attention_arch=None, context_len=4096,
         quantization=None,  # read by the CUDA warmup (flashinfer autotune only for quantised models)
     )
-    return SimpleNamespace(
+    model_runner = SimpleNamespace(
         device=device, gpu_id=0, model=model, model_config=model_config, server_args=server_args,
         dtype=torch.float32, attn_backend=attn_backend,
         decode_attn_backend_group=[],  # what SGLang's model runner builds without pdmux (members only under it)
@@ -188,8 +337,7 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
         token_table=None,
         tp_group=parallel_state.get_tp_group(),  # up to 0.5.1x patch_model's tp_group (0.5.2x: get_parallel())
         war_fastpath_read_done_event=None,  # up to 0.5.1x (0.5.2x: shared_read_done_event)
-        spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False,
-        decode_num_tokens_per_req=lambda num_draft_tokens=None: 1,
+        spec_algorithm=SpeculativeAlgorithm.from_string(spec.algorithm if spec else None), is_draft_worker=False,
         graph_shared_output=_GraphSharedOutput(device),
         get_pp_proxy_topk_size=lambda: None, get_pp_proxy_residual_num_blocks=lambda: None,
         get_pp_proxy_dspark_hidden_size=lambda: None, get_aux_hidden_states_width=lambda: None,
@@ -197,6 +345,19 @@ def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_runn
         hisparse_coordinator=None, capture_head_hooks=[], capture_tail_hooks=[], canary_manager=None,
         device_timer=None, shared_read_done_event=None, _kernel_warmed_up=False,
     )
+    model_runner.decode_num_tokens_per_req = tokens_per_request_rule(model_runner)
+    return model_runner
+
+
+def tokens_per_request_rule(model_runner) -> Callable:
+    """SGLang's own `ModelRunner.decode_num_tokens_per_req` bound to the double where the release has it (the
+    verify width by the speculative algorithm), else the pre-speculative rule of one token."""
+    from sglang.srt.model_executor import model_runner as module
+
+    rule = getattr(module.ModelRunner, "decode_num_tokens_per_req", None)
+    if rule is None:
+        return lambda num_draft_tokens=None: 1
+    return functools.partial(rule, model_runner)
 
 
 _LAST_COMPILER: list = [None]
@@ -230,6 +391,13 @@ class DecodeTarget:
         self.device = device
         self.layout = layout
         self.dropped_options: list[str] = []
+        self.drawn_case = case  # as drawn; `case` is what ran (SGLang's default capture list filled in)
+        if case.default_max_bs is not None:
+            resolved = self.default_capture_list(case, device)
+            if resolved is None:
+                self.dropped_options.append("default_max_bs")
+                resolved = case.capture_bs
+            self.case = case = dataclasses.replace(case, capture_bs=tuple(resolved))
         if case.record_nolora_graph and not layout.runner_accepts("record_nolora_graph"):
             # A release whose runner has no such option: the case runs as the release can run it, and the
             # target's case says so, for the oracles.
@@ -257,10 +425,31 @@ class DecodeTarget:
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         raise NotImplementedError
 
+    def server_args(self, case: DecodeCase, device: str) -> Any:
+        """The case's ServerArgs, unpublished (layouts that build them apart from publishing)."""
+        return None
+
+    def default_capture_list(self, case: DecodeCase, device: str) -> Optional[list[int]]:
+        """The decode capture list SGLang's own config code generates for `--cuda-graph-max-bs
+        case.default_max_bs` when no list is given (with the case's padding and speculative args), None where the
+        release has no such generator the harness can call."""
+        server_args = self.server_args(case, device)
+        if server_args is None:
+            return None
+        from harness.versions import module_exists
+
+        if module_exists("sglang.srt.arg_groups.cuda_graph_hook"):
+            generate = getattr(load("sglang.srt.arg_groups.cuda_graph_hook"),
+                               "generate_decode_cuda_graph_batch_sizes", None)
+            if generate is not None:
+                return list(generate(server_args, case.default_max_bs))
+        method = getattr(server_args, "_generate_decode_cuda_graph_batch_sizes", None)
+        return None if method is None else list(method(case.default_max_bs))
+
     def make_model_runner(self, case: DecodeCase, device: str) -> SimpleNamespace:
         return make_model_runner(
             self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
-            server_args=self.server_args, lora_manager=self.lora_manager)
+            server_args=self.server_args, lora_manager=self.lora_manager, spec=case.spec)
 
     def construction_patches(self) -> contextlib.AbstractContextManager:
         """What the layout changes while SGLang's constructor runs (and only then)."""
@@ -341,8 +530,17 @@ class DecodeTarget:
     def compile_bs(self) -> list[int]:
         return list(self.runner.compile_bs)
 
+    @property
+    def promises_padding(self) -> bool:
+        """Whether the release pads static inputs by a declared policy (0.5.2x's buffer registry)."""
+        return hasattr(self.runner, "buffer_registry")
+
+    def static_buffer(self, name: str) -> Optional[torch.Tensor]:
+        """The runner's static input buffer `name` (what the captured graph reads), None where it has none."""
+        return getattr(getattr(self.runner, "buffers", None), name, None)
+
     def forward_batch(self, batch: DecodeBatch):
-        fb = batch.to_forward_batch(self.device)
+        fb = batch.to_forward_batch(self.device, self.case.spec)
         if self.lora_manager is not None and fb.lora_ids is not None:
             self.lora_manager.prepare_lora_batch(fb)  # what ForwardBatch.init_new does for a LoRA server
         return fb
@@ -369,7 +567,7 @@ class DecodeTarget:
     def eager(self, batch: DecodeBatch, forward: Optional[Callable] = None):
         """The model's forward (or `forward`, e.g. a compiled one patch_model yielded) on the real rows, no graph,
         with a fresh attention backend and LoRA scales."""
-        fb = batch.to_forward_batch(self.device)
+        fb = batch.to_forward_batch(self.device, self.case.spec)
         if self.lora_manager is not None and fb.lora_ids is not None:
             self.lora_manager.prepare_lora_batch(fb, static=False)
         self.eager_attn_backend.init_forward_metadata(fb)

@@ -19,16 +19,29 @@ RUNNER_MODULE = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
 CONFIG_MODULE = "sglang.srt.model_executor.cuda_graph_config"
 
 
+def speculative_args(case: DecodeCase) -> dict:
+    """The server arguments of speculative decoding, as a user passes them."""
+    if case.spec is None:
+        return {}
+    return dict(speculative_algorithm=case.spec.algorithm, speculative_draft_model_path="dummy",
+                speculative_num_steps=case.spec.num_steps, speculative_eagle_topk=case.spec.topk,
+                speculative_num_draft_tokens=case.spec.num_draft_tokens)
+
+
 class Target(DecodeTarget):
-    def publish_config(self, case: DecodeCase, device: str) -> Any:
+    def server_args(self, case: DecodeCase, device: str) -> Any:
         from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
         from sglang.srt.server_args import ServerArgs
 
-        server_args = ServerArgs(
+        return ServerArgs(
             model_path="dummy", device=device,
             cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="full", bs=list(case.capture_bs))),
             enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
-            max_running_requests=case.max_running_requests)
+            max_running_requests=case.max_running_requests, disable_cuda_graph_padding=case.disable_padding,
+            **speculative_args(case))
+
+    def publish_config(self, case: DecodeCase, device: str) -> Any:
+        server_args = self.server_args(case, device)
         if not publish_server_args(server_args):
             # Without runtime_context the runner decides on LoRA from `server_args.enable_lora`; set past the
             # parser, which would want adapter paths.

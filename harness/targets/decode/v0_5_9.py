@@ -41,11 +41,13 @@ def attention_backend_class():
 
         def init_forward_metadata_capture_cuda_graph(self, bs, num_tokens, req_pool_indices, seq_lens,
                                                      encoder_lens, forward_mode, spec_info) -> None:
-            self.init_forward_metadata_out_graph(SimpleNamespace(seq_lens=seq_lens), in_capture=True)
+            self.init_forward_metadata_out_graph(SimpleNamespace(
+                seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()), spec_info=spec_info), in_capture=True)
 
         def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_sum,
                                                     encoder_lens, forward_mode, spec_info, seq_lens_cpu=None) -> None:
-            self.init_forward_metadata_out_graph(SimpleNamespace(seq_lens=seq_lens))
+            self.init_forward_metadata_out_graph(SimpleNamespace(seq_lens=seq_lens, seq_lens_sum=seq_lens_sum,
+                                                                 spec_info=spec_info))
 
     return DecodeAttentionDoublePre14
 
@@ -78,7 +80,8 @@ class Target(DecodeTarget):
         server_args = ServerArgs(model_path="dummy", device=device, cuda_graph_bs=list(case.capture_bs),
                                  enable_torch_compile=case.enable_torch_compile,
                                  torch_compile_max_bs=case.torch_compile_max_bs,
-                                 max_running_requests=case.max_running_requests)
+                                 max_running_requests=case.max_running_requests,
+                                 disable_cuda_graph_padding=case.disable_padding)
         server_args.enable_lora = bool(case.lora)  # the parser would want adapter paths
         set_global_server_args_for_scheduler(server_args)
         return server_args
