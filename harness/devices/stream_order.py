@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import weakref
 from typing import Any, Optional
 
@@ -139,14 +138,6 @@ def device_synchronized() -> None:
 
 
 # -- accesses ---------------------------------------------------------------------------------------------------
-def _site(frame) -> str:
-    while frame is not None and frame.f_code.co_filename.startswith(legality._OWN_FILES):
-        frame = frame.f_back
-    if frame is None:
-        return "?"
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-
-
 def _storage(value) -> Optional[torch.Tensor]:
     if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.device.type != "cpu":
         return None  # fake, meta and functional tensors of compilation carry no data
@@ -218,7 +209,7 @@ class StreamOrderMode(TorchDispatchMode):
         checker.syncs.update_seq_num(stream, checker.seq_num)
         if stream != DEFAULT_STREAM_ID:
             checker.streams.add(stream)
-        site = _site(sys._getframe(2))
+        site = legality.caller_site(3)  # the caller of __torch_dispatch__, outside torch
         operator = f"aten.{func.overloadpacket.__name__}"
         named = dict(zip((a.name for a in schema.arguments), args))
         named.update(kwargs)
