@@ -24,7 +24,7 @@ def _pytest(args: list[str]) -> int:
 def isolated(extra: list[str]) -> list[str]:
     """Run examples in an xdist worker (one, unless the caller chose -n): a target that segfaults, aborts or hangs
     takes down only its worker, which xdist replaces; the plugin records the example it was running."""
-    if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra):
+    if _chose_workers(extra):
         return extra
     return ["-n", "1", "--max-worker-restart", "100", *extra]
 
@@ -65,8 +65,19 @@ def gate(options, extra: list[str]) -> int:
     return code
 
 
+SELFTEST_WORKERS = 4  # each worker, and the mutant runs it starts, holds torch and SGLang (about 2 GiB)
+
+
+def _chose_workers(extra: list[str]) -> bool:
+    return any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra)
+
+
 def selftest(options, extra: list[str]) -> int:
-    return _pytest(["tests", "-q", "-rfEs"] + extra)
+    """The harness's own tests, spread over the cores (at most SELFTEST_WORKERS): most of them are mutant runs,
+    each a pytest of its own; worksteal evens out their minute-long tails. `-n 0` runs them in one process."""
+    spread = [] if _chose_workers(extra) else ["-n", str(min(os.cpu_count() or 1, SELFTEST_WORKERS)),
+                                              "--dist", "worksteal"]
+    return _pytest(["tests", "-q", "-rfEs", *spread] + extra)
 
 
 def targets(options, extra: list[str]) -> int:
