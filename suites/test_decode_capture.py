@@ -24,6 +24,7 @@ from harness.targets import decode
 from harness.versions import sglang_version
 from harness.targets.decode.planned import KINDS, PlannedReplays
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
+from strategies.ragged import ragged_batches, ragged_cases
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +186,55 @@ def test_inductor_compiled_replay_matches_eager(case, data, device, personality,
     with example("decode_capture_inductor", personality=personality, **case.drawn()) as ex:
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
 
+
+
+# -- the compact ragged verify layout (SGLANG_RAGGED_VERIFY_MODE=compact) -------------------------------------
+def skip_without_ragged(layout, personality) -> None:
+    from harness.targets.decode.ragged import ragged_missing
+
+    missing = layout.speculative_missing() or ragged_missing(layout)
+    if missing:
+        pytest.skip(missing)
+
+
+@suite_settings(gate_examples=6, shrink_in_gate=False)
+@given(case=ragged_cases(), backend_graphs=st.sampled_from([True, True, True, False]), data=st.data())
+def test_ragged_verify_replay_matches_eager(case, backend_graphs, data, device, personality, layout):
+    """DSPARK verify batches of per-request verify lengths (SGLang's RaggedVerifyLayout): graphs per token tier,
+    admission by tier and slots, the layout staged into the tier's graph (fresh and pre-planned load_batch), each
+    replay against eager on the real rows; a backend without ragged graphs runs every ragged batch eagerly."""
+    from harness.targets.decode.ragged import ragged_layout
+
+    def batches(capture_bs):
+        grid = tuple(sorted({bs * case.tokens_per_request for bs in capture_bs}))
+        return data.draw(ragged_batches(case, grid, max(capture_bs)), label="ragged batches")
+
+    def kinds(count):
+        return data.draw(st.lists(st.sampled_from(["execute", "planned"]), min_size=count, max_size=count),
+                         label="kinds")
+
+    with example("decode_ragged_verify", personality=personality, backend_graphs=backend_graphs,
+                 **case.drawn()) as ex:
+        skip_without_ragged(layout, personality)
+        capture_and_check(case, batches, device, personality, ragged_layout(layout, backend_graphs=backend_graphs),
+                          ex, kinds=kinds)
+
+
+@pytest.mark.parametrize("conflict", ["lora", "disable_padding"])
+def test_ragged_verify_refuses_what_it_cannot_pad(conflict, device, personality, layout):
+    """Compact ragged verify pads every batch to its tier's slots, which LoRA's per-request scales and
+    --disable-cuda-graph-padding cannot follow: SGLang must refuse to build the runner (ValueError), not capture."""
+    from harness.targets.decode.ragged import REFUSAL, ragged_layout
+
+    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4, **{conflict: True},
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DSPARK"))
+    with example("decode_ragged_refusal", personality=personality, conflict=conflict, **case.drawn()):
+        skip_without_ragged(layout, personality)
+        device.reset()
+        try:
+            ragged_layout(layout).make_target(case, personality=personality, device=device.torch_device)
+        except ValueError as error:
+            assert REFUSAL in str(error), f"the runner refused {conflict} for another reason: {error}"
+            return
+        raise OracleFailure("admission", f"SGLang built a compact ragged verify runner with {conflict} on; the "
+                            f"runner must refuse it ({REFUSAL!r} ...): its graphs pad every batch to the tier")

@@ -76,7 +76,7 @@ class Layout:
 @dataclasses.dataclass(frozen=True)
 class SpecSettings:
     """Speculative decoding as a user sets it: the algorithm (EAGLE, STANDALONE: EAGLE's verify without hidden
-    states, NGRAM, DFLASH), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
+    states, NGRAM, DFLASH, DSPARK: the compact ragged verify's), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
     request)."""
 
     num_steps: int
@@ -87,7 +87,7 @@ class SpecSettings:
     @property
     def captures_hidden(self) -> bool:
         """Whether the target verify returns hidden states (EAGLE's draft reads them)."""
-        return self.algorithm in ("EAGLE", "DFLASH")
+        return self.algorithm in ("EAGLE", "DFLASH", "DSPARK")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +184,7 @@ class DecodeBatch:
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
-        if spec.algorithm == "DFLASH":
+        if spec.algorithm in ("DFLASH", "DSPARK"):  # DSPARK verifies with DFLASH's input
             if self.forward_mode == "IDLE":
                 return None
             from sglang.srt.speculative.dflash_info import DFlashVerifyInput
