@@ -23,7 +23,10 @@ from strategies.capture import decode_batch, decode_cases
 def ragged_cases(draw, **kwargs):
     steps = draw(st.integers(1, 3))
     spec = SpecSettings(num_steps=steps, topk=1, num_draft_tokens=steps + 1, algorithm="DSPARK")
-    return dataclasses.replace(draw(decode_cases(lora=False, **kwargs)), spec=spec)
+    # No default capture list (its up to 16 sizes would be as many tiers to capture; the decode suite draws it) and
+    # no torch.compile (the gate's seconds): the ragged path is the tiers, the slots and the staged layout.
+    case = draw(decode_cases(lora=False, compile=False, **kwargs))
+    return dataclasses.replace(case, spec=spec, default_max_bs=None)
 
 
 @st.composite
