@@ -24,7 +24,7 @@ from harness.targets import decode
 from harness.versions import sglang_version
 from harness.targets.decode.planned import KINDS, PlannedReplays
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
-from strategies.ragged import ragged_batches, ragged_cases
+from strategies.ragged import draft_batches, draft_cases, ragged_batches, ragged_cases
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +189,12 @@ def test_inductor_compiled_replay_matches_eager(case, data, device, personality,
 
 
 # -- the compact ragged verify layout (SGLANG_RAGGED_VERIFY_MODE=compact) -------------------------------------
+def unplanned_or_planned(count):
+    """How each replay reaches the runner: execute plans it, or load_batch + mark first (`planned.KINDS`' first
+    two; a resize or a stale mark assumes one width per request)."""
+    return st.lists(st.sampled_from(KINDS[:2]), min_size=count, max_size=count)
+
+
 def skip_without_ragged(layout, personality) -> None:
     """The release's reason (`ragged.ragged_missing`); under the NPU personality: SGLang's NPUGraphRunner has no
     ragged verify (its execute keys graphs by batch size, never by the token tiers the base runner captured)."""
@@ -214,15 +220,11 @@ def test_ragged_verify_replay_matches_eager(case, backend_graphs, data, device, 
         grid = tuple(sorted({bs * case.tokens_per_request for bs in capture_bs}))
         return data.draw(ragged_batches(case, grid, max(capture_bs)), label="ragged batches")
 
-    def kinds(count):
-        return data.draw(st.lists(st.sampled_from(["execute", "planned"]), min_size=count, max_size=count),
-                         label="kinds")
-
     with example("decode_ragged_verify", personality=personality, backend_graphs=backend_graphs,
                  **case.drawn()) as ex:
         skip_without_ragged(layout, personality)
         capture_and_check(case, batches, device, personality, ragged_layout(layout, backend_graphs=backend_graphs),
-                          ex, kinds=kinds)
+                          ex, kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
 
 
 @pytest.mark.parametrize("conflict", ["lora", "disable_padding"])
@@ -243,3 +245,48 @@ def test_ragged_verify_refuses_what_it_cannot_pad(conflict, device, personality,
             return
         raise OracleFailure("admission", f"SGLang built a compact ragged verify runner with {conflict} on; the "
                             f"runner must refuse it ({REFUSAL!r} ...): its graphs pad every batch to the tier")
+
+
+# -- a draft worker's verify graphs (model_runner.is_draft_worker) ----------------------------------------------
+def skip_without_draft(layout, personality) -> None:
+    from harness.targets.decode.draft import draft_missing
+
+    if personality == "npu":
+        pytest.skip(f"SGLang {sglang_version()}: a draft worker's verify graphs are the CUDA runner's path here")
+    missing = layout.speculative_missing() or draft_missing(layout)
+    if missing:
+        pytest.skip(missing)
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=draft_cases(), compact=st.booleans(), data=st.data())
+def test_draft_worker_verify_replay_matches_eager(case, compact, data, device, personality, layout):
+    """A DFLASH draft worker's TARGET_VERIFY graphs (no verify mask, no hidden states), reading the drawn
+    embeddings the worker hands over; built under SGLANG_RAGGED_VERIFY_MODE=compact too, which a draft runner
+    ignores."""
+    from harness.targets.decode.draft import draft_layout
+
+    with example("decode_draft_verify", personality=personality, compact=compact, **case.drawn()) as ex:
+        skip_without_draft(layout, personality)
+        capture_and_check(case, lambda capture_bs: data.draw(draft_batches(case, capture_bs), label="draft batches"),
+                          device, personality, draft_layout(layout, compact=compact), ex,
+                          kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
+
+
+def test_draft_worker_of_an_algorithm_without_draft_verify_is_refused(device, personality, layout):
+    """EAGLE drafts do not verify like a target (`supports_target_verify_for_draft` false): SGLang must refuse to
+    build a draft worker's decode runner for it, not capture TARGET_VERIFY graphs."""
+    from harness.targets.decode.draft import REFUSAL, draft_layout
+
+    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4,
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="EAGLE"))
+    with example("decode_draft_refusal", personality=personality, **case.drawn()):
+        skip_without_draft(layout, personality)
+        device.reset()
+        try:
+            draft_layout(layout).make_target(case, personality=personality, device=device.torch_device)
+        except RuntimeError as error:
+            assert REFUSAL in str(error), f"the runner refused the EAGLE draft worker for another reason: {error}"
+            return
+        raise OracleFailure("admission", "SGLang built an EAGLE draft worker's decode runner; EAGLE drafts do not "
+                            f"verify like a target, so it must refuse ({REFUSAL!r})")

@@ -9,6 +9,9 @@ input or contract; clean SGLang passes them (tests/test_decode_mutants.py runs t
   request slots than min(tier, max_bs) and batches with more requests are refused.
 - Configuration: the ValueError for LoRA, or for --disable-cuda-graph-padding, dropped: SGLang builds a compact
   runner whose graphs cannot pad the batch the way the case asks.
+- A draft worker's verify graphs (DFLASH): the replay no longer copies the batch's `input_embeds` into the static
+  buffer, or the capture no longer hands the static embeddings to the forward. (Dropping the constructor's guard
+  against an EAGLE draft runner is no regression: `get_spec_info` refuses it again at capture, same text.)
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ SUITE = "suites/test_decode_capture.py"
 RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 REPLAY = f"{SUITE}::test_ragged_verify_replay_matches_eager"
 REFUSAL = f"{SUITE}::test_ragged_verify_refuses_what_it_cannot_pad"
+DRAFT = f"{SUITE}::test_draft_worker_verify_replay_matches_eager"
 
 STAGE_SKIPS_QO_INDPTR = [(RUNNER, "        cap_layout.qo_indptr_device.copy_(live.qo_indptr_device)\n", "")]
 STAGE_SKIPS_VERIFY_LENS = [(RUNNER, "        cap_layout.verify_lens.copy_(live.verify_lens)\n", "")]
@@ -30,6 +34,11 @@ SLOTS_UNIFORM = [(RUNNER, "        return min(num_tokens, self.max_bs)\n",
 LORA_ACCEPTED = [(RUNNER, "            or model_runner.lora_manager is not None\n", "")]
 NO_PADDING_ACCEPTED = [(RUNNER, "            or model_runner.lora_manager is not None\n            or self.disable_padding\n",
                         "            or model_runner.lora_manager is not None\n")]
+DRAFT_EMBEDS_NOT_COPIED = [(RUNNER, "            buffers.input_embeds[:raw_num_token].copy_(forward_batch.input_embeds)\n",
+                            "            pass\n")]
+DRAFT_EMBEDS_NOT_PASSED = [(RUNNER, '                            kwargs["input_embeds"] = self.buffers.input_embeds[\n'
+                                    "                                :num_tokens\n                            ]\n",
+                            "                            pass\n")]
 
 # name -> (edits, test, oracle expected, texts expected in the diagnosis)
 MUTANTS = {
@@ -45,6 +54,10 @@ MUTANTS = {
         LORA_ACCEPTED, f"{REFUSAL}[lora]", "admission", ["with lora on", "must refuse"]),
     "ragged_padding_disabled_accepted": (
         NO_PADDING_ACCEPTED, f"{REFUSAL}[disable_padding]", "admission", ["with disable_padding on"]),
+    "draft_embeds_not_copied": (
+        DRAFT_EMBEDS_NOT_COPIED, DRAFT, "eager-equality", ["TARGET_VERIFY", "not bit-equal"]),
+    "draft_embeds_not_passed": (
+        DRAFT_EMBEDS_NOT_PASSED, DRAFT, "eager-equality", ["TARGET_VERIFY", "not bit-equal"]),
 }
 
 

@@ -25,6 +25,9 @@ request `r = i // w`:
                                                                        0.125 * (i - start of request r), whatever
                                                                        padding the tier added after the real rows;
                                                                        rows past the last span count as its last row
+    h_i += 0.25 * sum(input_embeds[i])                                 a DFLASH draft worker's verify: the embeddings
+                                                                       the runner hands the forward (`input_embeds`,
+                                                                       else the batch's own; none: 0)
     h_i *= 2               when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
     h_i += scale_r * h_i   when LoRA is on and this graph is not the "nolora" variant; `scale_r` is the
                                                                        request's adapter scale (LORA_SCALES; 0 for a
@@ -55,7 +58,8 @@ LORA_SCALES = {None: 0.0, "a1": 1.0, "a2": 2.0, "a3": -0.5}
 
 
 def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cache_loc, visible_drafts=None,
-                    decode=True, lora_scales=None, verify_lens=None) -> tuple[torch.Tensor, torch.Tensor]:
+                    decode=True, lora_scales=None, verify_lens=None,
+                    input_embeds=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(next_token_logits, hidden_states) of the closed form above, in float64 from plain lists (per request:
     seq_lens, req_pool_indices, lora_scales, verify_lens; per token: the rest). With `verify_lens` (ragged verify)
     only the real rows, the first sum(verify_lens)."""
@@ -71,6 +75,8 @@ def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cac
             + 0.5 * visible_drafts[i]
         if ragged is not None:
             h += 0.125 * ragged[i][1]
+        if input_embeds is not None:
+            h += 0.25 * sum(input_embeds[i])
         if decode:
             h *= 2
         if lora_scales is not None:
@@ -193,7 +199,8 @@ class DecodeModel(torch.nn.Module):
         self.register_buffer("vocab_weight", torch.arange(1, VOCAB + 1, dtype=torch.float32))
         self.shared_experts_config = None  # read by SGLang's BaseRunner.model_context
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, **kwargs):
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                input_embeds: Optional[torch.Tensor] = None, **kwargs):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
         n = input_ids.shape[0]
@@ -209,6 +216,9 @@ class DecodeModel(torch.nn.Module):
         h = h + 0.5 * metadata.visible_drafts[:n].to(torch.float32) + 0.25 * metadata.sum_gap.to(torch.float32)
         if layout is not None:
             h = h + ragged_term
+        embeds = input_embeds if input_embeds is not None else getattr(forward_batch, "input_embeds", None)
+        if embeds is not None:
+            h = h + 0.25 * embeds[:n].to(torch.float32).sum(-1)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
         if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":

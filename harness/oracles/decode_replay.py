@@ -48,7 +48,8 @@ def by_hand(target, batch):
     return expected_output(batch.input_ids, batch.positions, batch.seq_lens, req_pool_indices=batch.pool_rows,
                            out_cache_loc=batch.cache_slots, visible_drafts=batch.visible_drafts(),
                            decode=batch.forward_mode == "DECODE", lora_scales=scales,
-                           verify_lens=getattr(batch, "verify_lens", None))
+                           verify_lens=getattr(batch, "verify_lens", None),
+                           input_embeds=getattr(batch, "input_embeds", None))
 
 
 TOKEN_INPUTS = ("input_ids", "positions", "out_cache_loc")

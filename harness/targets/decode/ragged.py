@@ -45,6 +45,19 @@ def ragged_missing(layout: Layout) -> Optional[str]:
     return None
 
 
+def compact_mode():
+    """SGLang's switch, restored however the block ends (`EnvField.override` leaves it set on an exception)."""
+    return mock.patch.dict(os.environ, {"SGLANG_RAGGED_VERIFY_MODE": "compact"})
+
+
+def stacked(*managers) -> contextlib.ExitStack:
+    """One context of `managers`, entered now, left together (a target's patches and this path's own)."""
+    stack = contextlib.ExitStack()
+    for manager in managers:
+        stack.enter_context(manager)
+    return stack
+
+
 def round_up(total: int, grid) -> int:
     return min(g for g in grid if g >= total)
 
@@ -127,21 +140,11 @@ class RaggedVerify:
 
     backend_graphs = True
 
-    def _compact(self):
-        """SGLang's switch, restored however the block ends (`EnvField.override` leaves it set on an exception)."""
-        return mock.patch.dict(os.environ, {"SGLANG_RAGGED_VERIFY_MODE": "compact"})
-
     def construction_patches(self):
-        stack = contextlib.ExitStack()
-        stack.enter_context(super().construction_patches())
-        stack.enter_context(self._compact())
-        return stack
+        return stacked(super().construction_patches(), compact_mode())
 
     def replay_context(self):
-        stack = contextlib.ExitStack()
-        stack.enter_context(super().replay_context())
-        stack.enter_context(self._compact())
-        return stack
+        return stacked(super().replay_context(), compact_mode())
 
     @property
     def grid(self) -> tuple[int, ...]:
