@@ -237,14 +237,20 @@ def test_ragged_verify_refuses_what_it_cannot_pad(conflict, device, personality,
                              spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DSPARK"))
     with example("decode_ragged_refusal", personality=personality, conflict=conflict, **case.drawn()):
         skip_without_ragged(layout, personality)
-        device.reset()
-        try:
-            ragged_layout(layout).make_target(case, personality=personality, device=device.torch_device)
-        except ValueError as error:
-            assert REFUSAL in str(error), f"the runner refused {conflict} for another reason: {error}"
-            return
-        raise OracleFailure("admission", f"SGLang built a compact ragged verify runner with {conflict} on; the "
-                            f"runner must refuse it ({REFUSAL!r} ...): its graphs pad every batch to the tier")
+        check_construction_refused(ragged_layout(layout), case, device, personality, ValueError, REFUSAL,
+                                   f"SGLang built a compact ragged verify runner with {conflict} on; the runner "
+                                   f"must refuse it ({REFUSAL!r} ...): its graphs pad every batch to the tier")
+
+
+def check_construction_refused(target_layout, case, device, personality, error: type, text: str, failure: str):
+    """SGLang's runner constructor must raise `error` with `text` for `case`; building it is the `failure`."""
+    device.reset()
+    try:
+        target_layout.make_target(case, personality=personality, device=device.torch_device)
+    except error as refused:
+        assert text in str(refused), f"SGLang refused the case for another reason: {refused}"
+        return
+    raise OracleFailure("admission", failure)
 
 
 # -- a draft worker's verify graphs (model_runner.is_draft_worker) ----------------------------------------------
@@ -252,7 +258,8 @@ def skip_without_draft(layout, personality) -> None:
     from harness.targets.decode.draft import draft_missing
 
     if personality == "npu":
-        pytest.skip(f"SGLang {sglang_version()}: a draft worker's verify graphs are the CUDA runner's path here")
+        pytest.skip(f"SGLang {sglang_version()}: {layout.npu_runner_class} has no draft worker's verify graphs "
+                    "to drive here (the NPU personality's DFLASH drafts are not built on this path)")
     missing = layout.speculative_missing() or draft_missing(layout)
     if missing:
         pytest.skip(missing)
@@ -282,11 +289,6 @@ def test_draft_worker_of_an_algorithm_without_draft_verify_is_refused(device, pe
                              spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="EAGLE"))
     with example("decode_draft_refusal", personality=personality, **case.drawn()):
         skip_without_draft(layout, personality)
-        device.reset()
-        try:
-            draft_layout(layout).make_target(case, personality=personality, device=device.torch_device)
-        except RuntimeError as error:
-            assert REFUSAL in str(error), f"the runner refused the EAGLE draft worker for another reason: {error}"
-            return
-        raise OracleFailure("admission", "SGLang built an EAGLE draft worker's decode runner; EAGLE drafts do not "
-                            f"verify like a target, so it must refuse ({REFUSAL!r})")
+        check_construction_refused(draft_layout(layout), case, device, personality, RuntimeError, REFUSAL,
+                                   "SGLang built an EAGLE draft worker's decode runner; EAGLE drafts do not verify "
+                                   f"like a target, so it must refuse ({REFUSAL!r})")
