@@ -257,9 +257,6 @@ def check_construction_refused(target_layout, case, device, personality, error: 
 def skip_without_draft(layout, personality) -> None:
     from harness.targets.decode.draft import draft_missing
 
-    if personality == "npu":
-        pytest.skip(f"SGLang {sglang_version()}: {layout.npu_runner_class} has no draft worker's verify graphs "
-                    "to drive here (the NPU personality's DFLASH drafts are not built on this path)")
     missing = layout.speculative_missing() or draft_missing(layout)
     if missing:
         pytest.skip(missing)
