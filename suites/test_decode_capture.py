@@ -209,22 +209,36 @@ def skip_without_ragged(layout, personality) -> None:
 
 
 @suite_settings(gate_examples=6, shrink_in_gate=False)
-@given(case=ragged_cases(), backend_graphs=st.sampled_from([True, True, True, False]), data=st.data())
-def test_ragged_verify_replay_matches_eager(case, backend_graphs, data, device, personality, layout):
+@given(case=ragged_cases(), data=st.data())
+def test_ragged_verify_replay_matches_eager(case, data, device, personality, layout):
     """DSPARK verify batches of per-request verify lengths (SGLang's RaggedVerifyLayout): graphs per token tier,
     admission by tier and slots, the layout staged into the tier's graph (fresh and pre-planned load_batch), each
-    replay against eager on the real rows; a backend without ragged graphs runs every ragged batch eagerly."""
+    replay against eager on the real rows."""
     from harness.targets.decode.ragged import ragged_layout
 
     def batches(capture_bs):
         grid = tuple(sorted({bs * case.tokens_per_request for bs in capture_bs}))
         return data.draw(ragged_batches(case, grid, max(capture_bs)), label="ragged batches")
 
-    with example("decode_ragged_verify", personality=personality, backend_graphs=backend_graphs,
-                 **case.drawn()) as ex:
+    with example("decode_ragged_verify", personality=personality, backend_graphs=True, **case.drawn()) as ex:
         skip_without_ragged(layout, personality)
-        capture_and_check(case, batches, device, personality, ragged_layout(layout, backend_graphs=backend_graphs),
-                          ex, kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
+        capture_and_check(case, batches, device, personality, ragged_layout(layout), ex,
+                          kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
+
+
+def test_ragged_verify_without_backend_graphs_runs_eagerly(device, personality, layout):
+    """An attention backend that declares no ragged verify graphs (SGLang's default): the runner must refuse every
+    ragged batch (it runs eagerly), however well it fits the captured tiers."""
+    from harness.targets.decode.ragged import RaggedBatch, ragged_layout
+
+    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4,
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DSPARK"))
+    batch = RaggedBatch(input_ids=[3, 4, 5, 0], positions=[7, 8, 9, 0], seq_lens=[6, 9], forward_mode="TARGET_VERIFY",
+                        req_pool_indices=[1, 0], out_cache_loc=[2, 3, 4, 0], verify_lens=[2, 1], grid=(2, 4))
+    with example("decode_ragged_verify", personality=personality, backend_graphs=False, **case.drawn()) as ex:
+        skip_without_ragged(layout, personality)
+        capture_and_check(case, lambda capture_bs: [batch], device, personality,
+                          ragged_layout(layout, backend_graphs=False), ex)
 
 
 @pytest.mark.parametrize("conflict", ["lora", "disable_padding"])
