@@ -39,7 +39,8 @@ def ragged_batch(draw, case, grid: tuple[int, ...], max_bs: int) -> RaggedBatch:
     """Real tokens drawn, rows up to the tier zero (as the planner pads them)."""
     width = case.tokens_per_request
     size = draw(st.integers(1, min(max_bs + 1, grid[-1])))
-    lens = draw(st.lists(st.integers(1, width), min_size=size, max_size=size))
+    # Often 1 (the anchor only: every draft rejected), so many requests share a low tier and fill its slots.
+    lens = draw(st.lists(st.one_of(st.just(1), st.integers(1, width)), min_size=size, max_size=size))
     while sum(lens) > grid[-1]:  # the planner never builds a batch above the largest tier
         lens[lens.index(max(lens))] -= 1
     total = sum(lens)

@@ -226,19 +226,27 @@ def test_ragged_verify_replay_matches_eager(case, data, device, personality, lay
                           kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
 
 
-def test_ragged_verify_without_backend_graphs_runs_eagerly(device, personality, layout):
-    """An attention backend that declares no ragged verify graphs (SGLang's default): the runner must refuse every
-    ragged batch (it runs eagerly), however well it fits the captured tiers."""
+@pytest.mark.parametrize("backend_graphs", [True, False])
+def test_ragged_verify_fills_a_tiers_slots(backend_graphs, device, personality, layout):
+    """Capture sizes 2 and 4, two draft tokens: tiers 4 and 8 tokens, min(tier, 4) = 4 request slots each. Three
+    anchor-only requests (verify_lens [1, 1, 1], tier 4) fill three of tier 4's slots, more than the 2 requests a
+    uniform layout of that tier holds; [2, 1, 2, 2] (tier 8) fills all four. Both replay and equal eager; with an
+    attention backend declaring no ragged verify graphs (SGLang's default) the runner refuses both (eager)."""
     from harness.targets.decode.ragged import RaggedBatch, ragged_layout
 
-    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4,
+    case = decode.DecodeCase(capture_bs=(2, 4), max_running_requests=8,
                              spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DSPARK"))
-    batch = RaggedBatch(input_ids=[3, 4, 5, 0], positions=[7, 8, 9, 0], seq_lens=[6, 9], forward_mode="TARGET_VERIFY",
-                        req_pool_indices=[1, 0], out_cache_loc=[2, 3, 4, 0], verify_lens=[2, 1], grid=(2, 4))
-    with example("decode_ragged_verify", personality=personality, backend_graphs=False, **case.drawn()) as ex:
+    batches = [RaggedBatch(input_ids=[3, 4, 5, 0], positions=[7, 8, 9, 0], seq_lens=[6, 9, 4],
+                           forward_mode="TARGET_VERIFY", req_pool_indices=[1, 0, 5], out_cache_loc=[2, 3, 4, 0],
+                           verify_lens=[1, 1, 1], grid=(4, 8)),
+               RaggedBatch(input_ids=[1, 2, 3, 4, 5, 6, 7, 0], positions=[10, 11, 12, 13, 14, 15, 16, 0],
+                           seq_lens=[3, 5, 7, 2], forward_mode="TARGET_VERIFY", req_pool_indices=[4, 2, 0, 6],
+                           out_cache_loc=[9, 8, 7, 6, 5, 4, 3, 0], verify_lens=[2, 1, 2, 2], grid=(4, 8))]
+    with example("decode_ragged_verify", personality=personality, backend_graphs=backend_graphs,
+                 **case.drawn()) as ex:
         skip_without_ragged(layout, personality)
-        capture_and_check(case, lambda capture_bs: [batch], device, personality,
-                          ragged_layout(layout, backend_graphs=False), ex)
+        capture_and_check(case, lambda capture_bs: batches, device, personality,
+                          ragged_layout(layout, backend_graphs=backend_graphs), ex)
 
 
 @pytest.mark.parametrize("conflict", ["lora", "disable_padding"])

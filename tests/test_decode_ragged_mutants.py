@@ -24,6 +24,7 @@ RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 REPLAY = f"{SUITE}::test_ragged_verify_replay_matches_eager"
 REFUSAL = f"{SUITE}::test_ragged_verify_refuses_what_it_cannot_pad"
 DRAFT = f"{SUITE}::test_draft_worker_verify_replay_matches_eager"
+FILLS_SLOTS = f"{SUITE}::test_ragged_verify_fills_a_tiers_slots[True]"
 
 STAGE_SKIPS_QO_INDPTR = [(RUNNER, "        cap_layout.qo_indptr_device.copy_(live.qo_indptr_device)\n", "")]
 STAGE_SKIPS_VERIFY_LENS = [(RUNNER, "        cap_layout.verify_lens.copy_(live.verify_lens)\n", "")]
@@ -49,7 +50,7 @@ MUTANTS = {
     "ragged_admission_slots_off_by_one": (
         SLOTS_OFF_BY_ONE, REPLAY, "eager-equality", ["refused to replay", "ragged verify_lens", "tier"]),
     "ragged_capture_slots_uniform": (
-        SLOTS_UNIFORM, REPLAY, "eager-equality", ["refused to replay", "ragged verify_lens"]),
+        SLOTS_UNIFORM, FILLS_SLOTS, "eager-equality", ["refused to replay", "ragged verify_lens [1, 1, 1]"]),
     "ragged_lora_accepted": (
         LORA_ACCEPTED, f"{REFUSAL}[lora]", "admission", ["with lora on", "must refuse"]),
     "ragged_padding_disabled_accepted": (
