@@ -24,6 +24,7 @@ from harness.targets import decode
 from harness.versions import sglang_version
 from harness.targets.decode.planned import KINDS, PlannedReplays
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
+from strategies.dllm import dllm_batches, dllm_cases
 from strategies.ragged import draft_batches, draft_cases, ragged_batches, ragged_cases
 
 
@@ -311,3 +312,48 @@ def test_draft_worker_of_an_algorithm_without_draft_verify_is_refused(device, pe
         check_construction_refused(draft_layout(layout), case, device, personality, RuntimeError, REFUSAL,
                                    "SGLang built an EAGLE draft worker's decode runner; EAGLE drafts do not verify "
                                    f"like a target, so it must refuse ({REFUSAL!r})")
+
+
+# -- a diffusion LLM's DLLM_EXTEND graphs (--dllm-algorithm) ----------------------------------------------------
+def skip_without_dllm(layout) -> None:
+    from harness.targets.decode.dllm import dllm_missing
+
+    missing = layout.planning_missing("cuda") or dllm_missing(layout)
+    if missing:
+        pytest.skip(missing)
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=dllm_cases(), data=st.data())
+def test_dllm_replay_matches_eager(case, data, device, personality, layout):
+    """DLLM_EXTEND graphs of a block per request (SGLang's DllmConfig from a checkpoint and algorithm config),
+    reading the embeddings or in-graph preparation state the algorithm hands over, fresh and pre-planned; each
+    replay returns full_logits of the raw tokens, equal to eager, with seq_lens padded by the block size."""
+    from harness.targets.decode.dllm import dllm_layout
+
+    with example("decode_dllm", personality=personality, **case.drawn()) as ex:
+        skip_without_dllm(layout)
+        capture_and_check(case, lambda capture_bs: data.draw(dllm_batches(case, capture_bs), label="dllm batches"),
+                          device, personality, dllm_layout(layout), ex,
+                          kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
+
+
+def test_dllm_batch_without_embeddings_is_refused(device, personality, layout):
+    """Gemma4Renoise without in-graph preparation reads the batch's input_embeds: a DLLM_EXTEND batch handed over
+    without them must be refused (ValueError) before anything is staged, not replayed on stale embeddings."""
+    from harness.targets.decode.dllm import REFUSAL, DllmBatch, dllm_layout
+
+    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4, dllm=decode.DllmSettings(
+        algorithm="Gemma4Renoise", architecture="DiffusionGemmaForBlockDiffusion", block_size=2))
+    batch = DllmBatch(input_ids=[1, 2], positions=[3, 4], seq_lens=[5], forward_mode="DLLM_EXTEND")
+    with example("decode_dllm_refusal", personality=personality, **case.drawn()):
+        skip_without_dllm(layout)
+        device.reset()
+        target = dllm_layout(layout).make_target(case, personality=personality, device=device.torch_device)
+        try:
+            target.replay(batch)
+        except ValueError as refused:
+            assert REFUSAL in str(refused), f"SGLang refused the batch for another reason: {refused}"
+            return
+        raise OracleFailure("admission", "SGLang replayed a Gemma4Renoise DLLM_EXTEND batch without input_embeds; "
+                            f"it must refuse it ({REFUSAL!r}): the graph would read the last batch's embeddings")

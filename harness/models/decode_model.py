@@ -28,11 +28,16 @@ request `r = i // w`:
     h_i += 0.25 * sum(input_embeds[i])                                 a DFLASH draft worker's verify: the embeddings
                                                                        the runner hands the forward (`input_embeds`,
                                                                        else the batch's own; none: 0)
+                                                                       a dLLM preparing them in the graph:
+                                                                       input_embeds[i] = state[i] + 0.5 * input_ids[i]
+                                                                       (`prepare_dllm_input_embeds`, from the batch's
+                                                                       `dllm_input_preparation_state`)
     h_i *= 2               when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
     h_i += scale_r * h_i   when LoRA is on and this graph is not the "nolora" variant; `scale_r` is the
                                                                        request's adapter scale (LORA_SCALES; 0 for a
                                                                        request without adapter)
-    next_token_logits[i, v] = h_i * (v + 1)        for v in 0..VOCAB-1
+    next_token_logits[i, v] = h_i * (v + 1)        for v in 0..VOCAB-1 (DLLM_EXTEND: `full_logits` too, as a
+                                                   diffusion LLM returns logits for every token of its block)
     hidden_states[i, k]     = h_i                  for k in 0..HIDDEN-1, when the batch's capture_hidden_mode
                                                    asks for hidden states (EAGLE's TARGET_VERIFY: FULL)
 
@@ -59,7 +64,7 @@ LORA_SCALES = {None: 0.0, "a1": 1.0, "a2": 2.0, "a3": -0.5}
 
 def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cache_loc, visible_drafts=None,
                     decode=True, lora_scales=None, verify_lens=None,
-                    input_embeds=None) -> tuple[torch.Tensor, torch.Tensor]:
+                    input_embeds=None, preparation_state=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(next_token_logits, hidden_states) of the closed form above, in float64 from plain lists (per request:
     seq_lens, req_pool_indices, lora_scales, verify_lens; per token: the rest). With `verify_lens` (ragged verify)
     only the real rows, the first sum(verify_lens)."""
@@ -77,6 +82,8 @@ def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cac
             h += 0.125 * ragged[i][1]
         if input_embeds is not None:
             h += 0.25 * sum(input_embeds[i])
+        if preparation_state is not None:
+            h += 0.25 * (sum(preparation_state[i]) + HIDDEN * 0.5 * t)
         if decode:
             h *= 2
         if lora_scales is not None:
@@ -217,6 +224,9 @@ class DecodeModel(torch.nn.Module):
         if layout is not None:
             h = h + ragged_term
         embeds = input_embeds if input_embeds is not None else getattr(forward_batch, "input_embeds", None)
+        state = getattr(forward_batch, "dllm_input_preparation_state", None)
+        if embeds is None and state is not None:  # eager: the model prepares them itself (as Gemma4 diffusion)
+            embeds = self.prepare_dllm_input_embeds(input_ids, state)
         if embeds is not None:
             h = h + 0.25 * embeds[:n].to(torch.float32).sum(-1)
         if forward_batch.forward_mode.is_decode():
@@ -225,4 +235,10 @@ class DecodeModel(torch.nn.Module):
             h = h + self.lora_manager.batch_scales[request] * h
         logits = h[:, None] * self.vocab_weight[None, :]
         hidden = h[:, None].expand(n, HIDDEN).clone() if forward_batch.capture_hidden_mode.need_capture() else None
-        return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden)
+        dllm = getattr(forward_batch.forward_mode, "is_dllm_extend", lambda: False)()  # releases before dLLM: none
+        return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden,
+                                     **({"full_logits": logits} if dllm else {}))
+
+    def prepare_dllm_input_embeds(self, input_ids: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """A dLLM's in-graph input preparation (what Gemma4Renoise's `prepare_graph_inputs` calls): see above."""
+        return state + 0.5 * input_ids.to(state.dtype)[:, None]

@@ -49,7 +49,8 @@ def by_hand(target, batch):
                            out_cache_loc=batch.cache_slots, visible_drafts=batch.visible_drafts(),
                            decode=batch.forward_mode == "DECODE", lora_scales=scales,
                            verify_lens=getattr(batch, "verify_lens", None),
-                           input_embeds=getattr(batch, "input_embeds", None))
+                           input_embeds=getattr(batch, "input_embeds", None),
+                           preparation_state=getattr(batch, "preparation_state", None))
 
 
 TOKEN_INPUTS = ("input_ids", "positions", "out_cache_loc")
@@ -96,7 +97,7 @@ def check_padding_promises(target, batch, index: int) -> None:
     if extent is not None:
         padded, stop = extent(batch)
         tokens = (len(batch.input_ids), stop)
-    promised = {"seq_lens": target.attn_backend.get_cuda_graph_seq_len_fill_value(), "req_pool_indices": 0,
+    promised = {"seq_lens": target.seq_len_fill_value(), "req_pool_indices": 0,
                 "positions": 0, "out_cache_loc": 0}
     for name, value in promised.items():
         start, stop = (batch.batch_size, padded) if name in REQUEST_INPUTS else tokens
@@ -133,7 +134,9 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
                 check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
                                                       f"{batch.forward_mode} request(s)")
             real = getattr(batch, "real_tokens", None)  # ragged verify: rows past the batch's tokens are the tier's
-            got = (output.next_token_logits[:real].clone(),
+            returned = target.returned_logits(output, batch) if hasattr(target, "returned_logits") else \
+                output.next_token_logits  # a dLLM target: full_logits, held to its contract
+            got = (returned[:real].clone(),
                    None if output.hidden_states is None else output.hidden_states[:real].clone())
             eager = target.eager(batch)
             eager = dataclasses.replace(eager, next_token_logits=eager.next_token_logits[:real], hidden_states=None
