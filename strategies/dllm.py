@@ -1,7 +1,7 @@
 """Hypothesis strategies for a diffusion LLM's decode graphs (`harness/targets/decode/dllm.py`).
 
-- `dllm_cases()`: the architecture (and so the algorithm SGLang lets it run), the block size (1 to 4 tokens a
-  request), in-graph input preparation (Gemma4Renoise only), capture sizes and pool as `capture.decode_cases`
+- `dllm_cases(inputs)`: the architecture (and so the algorithm SGLang lets it run) and in-graph input preparation
+  (Gemma4Renoise only) named by `inputs`, the block size (1 to 4 tokens a request) drawn, capture sizes and pool as `capture.decode_cases`
   draws them; no speculation, LoRA or compile (the dLLM path is the block width, the fill value, the embeddings).
 - `dllm_batches(case, capture_bs)`: DLLM_EXTEND batches of sizes on, between and at the edges of the grid, with the
   drawn embeddings or preparation state the algorithm reads (multiples of 0.125, exact in float32).
@@ -18,19 +18,19 @@ from harness.targets.decode.dllm import ALGORITHMS, DllmBatch
 from strategies.capture import decode_batch, decode_cases, replay_sizes
 
 
-@st.composite
-def dllm_settings(draw) -> DllmSettings:
-    architecture = draw(st.sampled_from(sorted(ALGORITHMS)))
-    algorithm = ALGORITHMS[architecture]
-    prepared = algorithm == "Gemma4Renoise" and draw(st.booleans())
-    return DllmSettings(algorithm=algorithm, architecture=architecture, block_size=draw(st.integers(1, 4)),
-                        capture_input_preparation=prepared)
+# what the forward reads besides the tokens -> (architecture, capture_input_preparation)
+INPUTS = {"tokens": ("SDARForCausalLM", False), "input_embeds": ("DiffusionGemmaForBlockDiffusion", False),
+          "prepared": ("DiffusionGemmaForBlockDiffusion", True)}
 
 
 @st.composite
-def dllm_cases(draw):
+def dllm_cases(draw, inputs: str):
+    """`inputs` (`INPUTS`): the model family, so each gate example drives one of the runner's dLLM input paths."""
+    architecture, prepared = INPUTS[inputs]
+    settings = DllmSettings(algorithm=ALGORITHMS[architecture], architecture=architecture,
+                            block_size=draw(st.integers(1, 4)), capture_input_preparation=prepared)
     case = draw(decode_cases(lora=False, compile=False))
-    return dataclasses.replace(case, dllm=draw(dllm_settings()), default_max_bs=None)
+    return dataclasses.replace(case, dllm=settings, default_max_bs=None)
 
 
 def per_token_values(count: int):

@@ -24,7 +24,8 @@ from harness.targets import decode
 from harness.versions import sglang_version
 from harness.targets.decode.planned import KINDS, PlannedReplays
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
-from strategies.dllm import dllm_batches, dllm_cases
+from harness.targets.decode.dllm import ALGORITHMS as DLLM_ALGORITHMS
+from strategies.dllm import INPUTS as DLLM_INPUTS, dllm_batches, dllm_cases
 from strategies.ragged import draft_batches, draft_cases, ragged_batches, ragged_cases
 
 
@@ -323,15 +324,17 @@ def skip_without_dllm(layout) -> None:
         pytest.skip(missing)
 
 
-@suite_settings(gate_examples=3, shrink_in_gate=False)
-@given(case=dllm_cases(), data=st.data())
-def test_dllm_replay_matches_eager(case, data, device, personality, layout):
+@pytest.mark.parametrize("inputs", sorted(DLLM_INPUTS))
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(data=st.data())
+def test_dllm_replay_matches_eager(inputs, data, device, personality, layout):
     """DLLM_EXTEND graphs of a block per request (SGLang's DllmConfig from a checkpoint and algorithm config),
     reading the embeddings or in-graph preparation state the algorithm hands over, fresh and pre-planned; each
     replay returns full_logits of the raw tokens, equal to eager, with seq_lens padded by the block size."""
     from harness.targets.decode.dllm import dllm_layout
 
-    with example("decode_dllm", personality=personality, **case.drawn()) as ex:
+    case = data.draw(dllm_cases(inputs), label="case")
+    with example("decode_dllm", inputs=inputs, personality=personality, **case.drawn()) as ex:
         skip_without_dllm(layout)
         capture_and_check(case, lambda capture_bs: data.draw(dllm_batches(case, capture_bs), label="dllm batches"),
                           device, personality, dllm_layout(layout), ex,
@@ -357,3 +360,28 @@ def test_dllm_batch_without_embeddings_is_refused(device, personality, layout):
             return
         raise OracleFailure("admission", "SGLang replayed a Gemma4Renoise DLLM_EXTEND batch without input_embeds; "
                             f"it must refuse it ({REFUSAL!r}): the graph would read the last batch's embeddings")
+
+
+@pytest.mark.parametrize("inputs", sorted(DLLM_INPUTS))
+def test_dllm_preplanned_batch_stages_its_inputs(inputs, device, personality, layout):
+    """Capture size 2, block size 2. One request (padded to 2: seq_lens' padded row must hold the block size, the
+    full_logits returned only its 2 raw tokens), then two, each loaded and marked ahead (load_batch + mark, the
+    dLLM worker's way) but the last: the pre-planned branch must copy the batch's embeddings or preparation state
+    too, the capture-time or previous ones differing from them."""
+    from harness.targets.decode.dllm import DllmBatch, dllm_layout
+
+    architecture, prepared = DLLM_INPUTS[inputs]
+    settings = decode.DllmSettings(algorithm=DLLM_ALGORITHMS[architecture], architecture=architecture,
+                                   block_size=2, capture_input_preparation=prepared)
+    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4, dllm=settings)
+    values = [[[0.5, -1.0, 0.25, 2.0], [1.0, 1.0, -0.5, 0.125]],
+              [[0.25, 0.5, 0.75, 1.0], [-2.0, 0.0, 1.5, 0.5], [1.25, -0.25, 0.0, 0.5], [0.5, 0.5, 0.5, -1.0]]]
+    extra = [{} if inputs == "tokens" else {"preparation_state" if prepared else "input_embeds": v} for v in values]
+    batches = [DllmBatch(input_ids=[4, 7], positions=[10, 11], seq_lens=[12], forward_mode="DLLM_EXTEND",
+                         req_pool_indices=[3], out_cache_loc=[5, 6], **extra[0]),
+               DllmBatch(input_ids=[1, 2, 3, 4], positions=[5, 6, 7, 8], seq_lens=[9, 6], forward_mode="DLLM_EXTEND",
+                         req_pool_indices=[0, 2], out_cache_loc=[1, 2, 3, 4], **extra[1])]
+    with example("decode_dllm", inputs=inputs, personality=personality, **case.drawn()) as ex:
+        skip_without_dllm(layout)
+        capture_and_check(case, lambda capture_bs: batches, device, personality, dllm_layout(layout), ex,
+                          kinds=lambda count: ["planned"] * (count - 1) + ["execute"])
