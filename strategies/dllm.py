@@ -1,8 +1,9 @@
 """Hypothesis strategies for a diffusion LLM's decode graphs (`harness/targets/decode/dllm.py`).
 
 - `dllm_cases(inputs)`: the architecture (and so the algorithm SGLang lets it run) and in-graph input preparation
-  (Gemma4Renoise only) named by `inputs`, the block size (1 to 4 tokens a request) drawn, capture sizes and pool as `capture.decode_cases`
-  draws them; no speculation, LoRA or compile (the dLLM path is the block width, the fill value, the embeddings).
+  (Gemma4Renoise only) named by `inputs`, the block size (1 to 4 tokens a request) drawn, capture sizes and pool
+  as `capture.decode_cases` draws them; no speculation, LoRA or compile (the dLLM path is the block width, the
+  fill value, the embeddings).
 - `dllm_batches(case, capture_bs)`: DLLM_EXTEND batches of sizes on, between and at the edges of the grid, with the
   drawn embeddings or preparation state the algorithm reads (multiples of 0.125, exact in float32).
 """

@@ -4,6 +4,8 @@
 (known bug class 1: a platform monkey-patch silently ignored, SGLang PR #27774)."""
 from __future__ import annotations
 
+import dataclasses
+
 
 import pytest
 from hypothesis import given, strategies as st
@@ -366,8 +368,9 @@ def test_dllm_batch_without_embeddings_is_refused(device, personality, layout):
 def test_dllm_preplanned_batch_stages_its_inputs(inputs, device, personality, layout):
     """Capture size 2, block size 2. One request (padded to 2: seq_lens' padded row must hold the block size, the
     full_logits returned only its 2 raw tokens), then two, each loaded and marked ahead (load_batch + mark, the
-    dLLM worker's way) but the last: the pre-planned branch must copy the batch's embeddings or preparation state
-    too, the capture-time or previous ones differing from them."""
+    dLLM worker's way); then the next denoising step of those two requests (new tokens, new embeddings or
+    preparation state) marked on the standing plan: the pre-planned branch must copy its embeddings or state too,
+    not replay the step before's."""
     from harness.targets.decode.dllm import DllmBatch, dllm_layout
 
     architecture, prepared = DLLM_INPUTS[inputs]
@@ -381,7 +384,9 @@ def test_dllm_preplanned_batch_stages_its_inputs(inputs, device, personality, la
                          req_pool_indices=[3], out_cache_loc=[5, 6], **extra[0]),
                DllmBatch(input_ids=[1, 2, 3, 4], positions=[5, 6, 7, 8], seq_lens=[9, 6], forward_mode="DLLM_EXTEND",
                          req_pool_indices=[0, 2], out_cache_loc=[1, 2, 3, 4], **extra[1])]
+    step = {name: [[-v for v in row] for row in values] for name, values in extra[1].items()}
+    batches.append(dataclasses.replace(batches[1], input_ids=[6, 0, 5, 2], **step))
     with example("decode_dllm", inputs=inputs, personality=personality, **case.drawn()) as ex:
         skip_without_dllm(layout)
         capture_and_check(case, lambda capture_bs: batches, device, personality, dllm_layout(layout), ex,
-                          kinds=lambda count: ["planned"] * (count - 1) + ["execute"])
+                          kinds=lambda count: ["planned"] * 4 + ["stale_mark"] * 2)

@@ -76,7 +76,9 @@ def stale_inputs(target, batch) -> str:
         wrong.append(f"the attention backend was handed a seq_lens_sum {int(metadata.sum_gap)} away from the sum "
                      "of the seq_lens it was handed")
     layout = getattr(target, "stale_layout", None)  # a ragged verify target: the layout the tier's graph reads
-    return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + (layout(batch) if layout else "")
+    embeddings = getattr(target, "stale_embeddings", None)  # a dLLM target: the embeddings or state the graph reads
+    return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + (layout(batch) if layout else "") + \
+        (embeddings(batch) if embeddings else "")
 
 
 def ragged_note(batch) -> str:

@@ -144,3 +144,17 @@ class DllmTarget:
                                 f"batch has {tokens} raw tokens ({batch.batch_size} request(s) x block_size "
                                 f"{self.case.dllm.block_size}), rows past them are padding", batch=batch)
         return output.full_logits
+
+    def stale_embeddings(self, batch) -> str:
+        """Where the static embeddings (or preparation state) the graph reads differ from the batch's (a diagnosis
+        only)."""
+        prepared = self.case.dllm.capture_input_preparation
+        wanted = batch.preparation_state if prepared else batch.input_embeds
+        if wanted is None:
+            return ""
+        name = "dllm_input_preparation_state" if prepared else "input_embeds"
+        buffer = self.runner.buffer_registry.get_slot(name).buffer if prepared else self.runner.buffers.input_embeds
+        held = buffer[: len(wanted)].tolist()
+        if held == wanted:
+            return ""
+        return f"; the static `{name}` holds {held} where the batch has {wanted}"
