@@ -364,7 +364,7 @@ def test_dllm_batch_without_embeddings_is_refused(device, personality, layout):
                             f"it must refuse it ({REFUSAL!r}): the graph would read the last batch's embeddings")
 
 
-@pytest.mark.parametrize("inputs", sorted(DLLM_INPUTS))
+@pytest.mark.parametrize("inputs", ["input_embeds", "prepared"])  # the paths with a per-step input to restage
 def test_dllm_preplanned_batch_stages_its_inputs(inputs, device, personality, layout):
     """Capture size 2, block size 2. One request (padded to 2: seq_lens' padded row must hold the block size, the
     full_logits returned only its 2 raw tokens), then two, each loaded and marked ahead (load_batch + mark, the
@@ -379,7 +379,7 @@ def test_dllm_preplanned_batch_stages_its_inputs(inputs, device, personality, la
     case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4, dllm=settings)
     values = [[[0.5, -1.0, 0.25, 2.0], [1.0, 1.0, -0.5, 0.125]],
               [[0.25, 0.5, 0.75, 1.0], [-2.0, 0.0, 1.5, 0.5], [1.25, -0.25, 0.0, 0.5], [0.5, 0.5, 0.5, -1.0]]]
-    extra = [{} if inputs == "tokens" else {"preparation_state" if prepared else "input_embeds": v} for v in values]
+    extra = [{"preparation_state" if prepared else "input_embeds": v} for v in values]
     batches = [DllmBatch(input_ids=[4, 7], positions=[10, 11], seq_lens=[12], forward_mode="DLLM_EXTEND",
                          req_pool_indices=[3], out_cache_loc=[5, 6], **extra[0]),
                DllmBatch(input_ids=[1, 2, 3, 4], positions=[5, 6, 7, 8], seq_lens=[9, 6], forward_mode="DLLM_EXTEND",

@@ -33,9 +33,9 @@ EMBEDS_NOT_REQUIRED = [(RUNNER, "            and forward_batch.input_embeds is N
 # name -> (edits, test, oracle expected, texts expected in the diagnosis)
 MUTANTS = {
     "dllm_full_logits_unsliced": (
-        FULL_LOGITS_UNSLICED, f"{STAGED}[tokens]", "eager-equality", ["full_logits of 4 rows", "2 raw tokens"]),
+        FULL_LOGITS_UNSLICED, f"{STAGED}[prepared]", "eager-equality", ["full_logits of 4 rows", "2 raw tokens"]),
     "dllm_fill_not_block_size": (
-        FILL_NOT_BLOCK_SIZE, f"{STAGED}[tokens]", "eager-equality", ["`seq_lens`", "promises 2"]),
+        FILL_NOT_BLOCK_SIZE, f"{STAGED}[prepared]", "eager-equality", ["`seq_lens`", "promises 2"]),
     "dllm_preplanned_state_not_copied": (
         STATE_NOT_COPIED, f"{STAGED}[prepared]", "eager-equality",
         ["DLLM_EXTEND", "static `dllm_input_preparation_state`"]),
