@@ -318,17 +318,17 @@ def test_draft_worker_of_an_algorithm_without_draft_verify_is_refused(device, pe
 
 
 # -- a diffusion LLM's DLLM_EXTEND graphs (--dllm-algorithm) ----------------------------------------------------
-def skip_without_dllm(layout, personality, algorithm: str) -> None:
+def skip_without_dllm(layout, personality, settings) -> None:
     """The release's reason (`dllm.dllm_missing`); under the NPU personality, Gemma4Renoise (SGLang serves it on
     CUDA/ROCm only: its configure_server_args refuses other devices), so only SDAR's graphs run on the NPU runner."""
     from harness.targets.decode.dllm import dllm_missing
 
-    if personality == "npu" and algorithm == "Gemma4Renoise":
-        pytest.skip(f"SGLang {sglang_version()}: Gemma4Renoise serves on CUDA/ROCm only, not under "
-                    f"{layout.npu_runner_class}")
-    missing = layout.planning_missing(personality) or dllm_missing(layout)
+    missing = layout.planning_missing(personality) or dllm_missing(layout, settings)
     if missing:
         pytest.skip(missing)
+    if personality == "npu" and settings.algorithm == "Gemma4Renoise":
+        pytest.skip(f"SGLang {sglang_version()}: Gemma4Renoise serves on CUDA/ROCm only, not under "
+                    f"{layout.npu_runner_class}")
 
 
 @pytest.mark.parametrize("inputs", sorted(DLLM_INPUTS))
@@ -342,7 +342,7 @@ def test_dllm_replay_matches_eager(inputs, data, device, personality, layout):
 
     case = data.draw(dllm_cases(inputs), label="case")
     with example("decode_dllm", inputs=inputs, personality=personality, **case.drawn()) as ex:
-        skip_without_dllm(layout, personality, case.dllm.algorithm)
+        skip_without_dllm(layout, personality, case.dllm)
         capture_and_check(case, lambda capture_bs: data.draw(dllm_batches(case, capture_bs), label="dllm batches"),
                           device, personality, dllm_layout(layout), ex,
                           kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
@@ -357,7 +357,7 @@ def test_dllm_batch_without_embeddings_is_refused(device, personality, layout):
         algorithm="Gemma4Renoise", architecture="DiffusionGemmaForBlockDiffusion", block_size=2))
     batch = DllmBatch(input_ids=[1, 2], positions=[3, 4], seq_lens=[5], forward_mode="DLLM_EXTEND")
     with example("decode_dllm_refusal", personality=personality, **case.drawn()):
-        skip_without_dllm(layout, personality, case.dllm.algorithm)
+        skip_without_dllm(layout, personality, case.dllm)
         device.reset()
         target = dllm_layout(layout).make_target(case, personality=personality, device=device.torch_device)
         try:
@@ -392,6 +392,6 @@ def test_dllm_preplanned_batch_stages_its_inputs(inputs, device, personality, la
     step = {name: [[-v for v in row] for row in values] for name, values in extra[1].items()}
     batches.append(dataclasses.replace(batches[1], input_ids=[6, 0, 5, 2], **step))
     with example("decode_dllm", inputs=inputs, personality=personality, **case.drawn()) as ex:
-        skip_without_dllm(layout, personality, settings.algorithm)
+        skip_without_dllm(layout, personality, settings)
         capture_and_check(case, lambda capture_bs: batches, device, personality, dllm_layout(layout), ex,
                           kinds=lambda count: ["planned"] * 4 + ["stale_mark"] * 2)

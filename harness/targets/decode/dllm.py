@@ -33,14 +33,18 @@ REFUSAL = "Diffusion graph replay requires prepared input embeddings"
 ALGORITHMS = {"SDARForCausalLM": "LowConfidence", "DiffusionGemmaForBlockDiffusion": "Gemma4Renoise"}
 
 
-def dllm_missing(layout: Layout) -> Optional[str]:
-    """Why this release has no dLLM decode graphs (naming the release and the missing name), or None."""
+def dllm_missing(layout: Layout, settings: DllmSettings) -> Optional[str]:
+    """Why this release cannot serve `settings`' dLLM graphs (naming the release and the missing name), or None."""
     from harness.targets.sglang_plumbing import load
     from harness.versions import module_exists, sglang_version
 
-    if not module_exists("sglang.srt.dllm.config"):
-        return f"SGLang {sglang_version()} has no sglang.srt.dllm.config: no dLLM decode graphs"
-    if not hasattr(load(layout.runner_module, layout.runner_class), "dllm_input_preparation"):
+    needed = "sglang.srt.dllm.config"
+    if settings.algorithm == "Gemma4Renoise":
+        needed = "sglang.srt.dllm.algorithm.gemma4_renoise"
+    if not module_exists(needed):
+        return f"SGLang {sglang_version()} has no {needed}: no {settings.algorithm} decode graphs"
+    if settings.capture_input_preparation and \
+            not hasattr(load(layout.runner_module, layout.runner_class), "dllm_input_preparation"):
         return (f"SGLang {sglang_version()} has no {layout.runner_module}.{layout.runner_class}."
                 "dllm_input_preparation: no in-graph dLLM input preparation")
     return None
@@ -126,7 +130,7 @@ class DllmTarget:
         return server_args
 
     def publish_config(self, case, device: str):
-        with cuda_only_algorithms_accept():
+        with cuda_only_algorithms_accept() if case.dllm.algorithm == "Gemma4Renoise" else contextlib.nullcontext():
             return super().publish_config(case, device)
 
     def seq_len_fill_value(self) -> int:
