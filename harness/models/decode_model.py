@@ -224,7 +224,9 @@ class DecodeModel(torch.nn.Module):
         if layout is not None:
             h = h + ragged_term
         embeds = input_embeds if input_embeds is not None else getattr(forward_batch, "input_embeds", None)
-        state = getattr(forward_batch, "dllm_input_preparation_state", None)
+        # DLLM_EXTEND only (never compiled): older Dynamo cannot trace a getattr of a field the release lacks
+        dllm = forward_batch.forward_mode.name == "DLLM_EXTEND"
+        state = getattr(forward_batch, "dllm_input_preparation_state", None) if dllm else None
         if embeds is None and state is not None:  # eager: the model prepares them itself (as Gemma4 diffusion)
             embeds = self.prepare_dllm_input_embeds(input_ids, state)
         if embeds is not None:
@@ -235,7 +237,6 @@ class DecodeModel(torch.nn.Module):
             h = h + self.lora_manager.batch_scales[request] * h
         logits = h[:, None] * self.vocab_weight[None, :]
         hidden = h[:, None].expand(n, HIDDEN).clone() if forward_batch.capture_hidden_mode.need_capture() else None
-        dllm = getattr(forward_batch.forward_mode, "is_dllm_extend", lambda: False)()  # releases before dLLM: none
         return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden,
                                      **({"full_logits": logits} if dllm else {}))
 
