@@ -46,7 +46,6 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_dllm_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
-    edits, test, oracle, texts = MUTANTS[name]
-    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts)
+@pytest.mark.parametrize(("name", "mutant"), sorted(MUTANTS.items()), ids=sorted(MUTANTS))
+def test_dllm_mutant_fails_the_suite_with_its_diagnosis(name, mutant, tmp_path):
+    assert_mutant_fails(mutant[1], name, mutant[0], tmp_path, mutant[2], mutant[3])
