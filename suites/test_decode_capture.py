@@ -4,6 +4,8 @@
 (known bug class 1: a platform monkey-patch silently ignored, SGLang PR #27774)."""
 from __future__ import annotations
 
+import dataclasses
+
 
 import pytest
 from hypothesis import given, strategies as st
@@ -24,6 +26,9 @@ from harness.targets import decode
 from harness.versions import sglang_version
 from harness.targets.decode.planned import KINDS, PlannedReplays
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
+from harness.targets.decode.dllm import ALGORITHMS as DLLM_ALGORITHMS
+from strategies.dllm import INPUTS as DLLM_INPUTS, dllm_batches, dllm_cases
+from strategies.ragged import draft_batches, draft_cases, ragged_batches, ragged_cases
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +190,208 @@ def test_inductor_compiled_replay_matches_eager(case, data, device, personality,
     with example("decode_capture_inductor", personality=personality, **case.drawn()) as ex:
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
 
+
+
+# -- the compact ragged verify layout (SGLANG_RAGGED_VERIFY_MODE=compact) -------------------------------------
+def unplanned_or_planned(count):
+    """How each replay reaches the runner: execute plans it, or load_batch + mark first (`planned.KINDS`' first
+    two; a resize or a stale mark assumes one width per request)."""
+    return st.lists(st.sampled_from(KINDS[:2]), min_size=count, max_size=count)
+
+
+def skip_without_ragged(layout, personality) -> None:
+    """The release's reason (`ragged.ragged_missing`); under the NPU personality: SGLang's NPUGraphRunner has no
+    ragged verify (its execute keys graphs by batch size, never by the token tiers the base runner captured)."""
+    from harness.targets.decode.ragged import ragged_missing
+
+    if personality == "npu":
+        pytest.skip(f"SGLang {sglang_version()}: {layout.npu_runner_class} has no compact ragged verify "
+                    "(graphs keyed by batch size, not token tier): a CUDA runner path")
+    missing = layout.speculative_missing() or ragged_missing(layout)
+    if missing:
+        pytest.skip(missing)
+
+
+@suite_settings(gate_examples=6, shrink_in_gate=False)
+@given(case=ragged_cases(), data=st.data())
+def test_ragged_verify_replay_matches_eager(case, data, device, personality, layout):
+    """DSPARK verify batches of per-request verify lengths (SGLang's RaggedVerifyLayout): graphs per token tier,
+    admission by tier and slots, the layout staged into the tier's graph (fresh and pre-planned load_batch), each
+    replay against eager on the real rows."""
+    from harness.targets.decode.ragged import ragged_layout
+
+    def batches(capture_bs):
+        grid = tuple(sorted({bs * case.tokens_per_request for bs in capture_bs}))
+        return data.draw(ragged_batches(case, grid, max(capture_bs)), label="ragged batches")
+
+    with example("decode_ragged_verify", personality=personality, backend_graphs=True, **case.drawn()) as ex:
+        skip_without_ragged(layout, personality)
+        capture_and_check(case, batches, device, personality, ragged_layout(layout), ex,
+                          kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
+
+
+@pytest.mark.parametrize("backend_graphs", [True, False])
+def test_ragged_verify_fills_a_tiers_slots(backend_graphs, device, personality, layout):
+    """Capture sizes 2 and 4, two draft tokens: tiers 4 and 8 tokens, min(tier, 4) = 4 request slots each. Three
+    anchor-only requests (verify_lens [1, 1, 1], tier 4) fill three of tier 4's slots, more than the 2 requests a
+    uniform layout of that tier holds; [2, 1, 2, 2] (tier 8) fills all four. Both replay and equal eager; with an
+    attention backend declaring no ragged verify graphs (SGLang's default) the runner refuses both (eager)."""
+    from harness.targets.decode.ragged import RaggedBatch, ragged_layout
+
+    case = decode.DecodeCase(capture_bs=(2, 4), max_running_requests=8,
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DSPARK"))
+    batches = [RaggedBatch(input_ids=[3, 4, 5, 0], positions=[7, 8, 9, 0], seq_lens=[6, 9, 4],
+                           forward_mode="TARGET_VERIFY", req_pool_indices=[1, 0, 5], out_cache_loc=[2, 3, 4, 0],
+                           verify_lens=[1, 1, 1], grid=(4, 8)),
+               RaggedBatch(input_ids=[1, 2, 3, 4, 5, 6, 7, 0], positions=[10, 11, 12, 13, 14, 15, 16, 0],
+                           seq_lens=[3, 5, 7, 2], forward_mode="TARGET_VERIFY", req_pool_indices=[4, 2, 0, 6],
+                           out_cache_loc=[9, 8, 7, 6, 5, 4, 3, 0], verify_lens=[2, 1, 2, 2], grid=(4, 8))]
+    with example("decode_ragged_verify", personality=personality, backend_graphs=backend_graphs,
+                 **case.drawn()) as ex:
+        skip_without_ragged(layout, personality)
+        capture_and_check(case, lambda capture_bs: batches, device, personality,
+                          ragged_layout(layout, backend_graphs=backend_graphs), ex)
+
+
+@pytest.mark.parametrize("conflict", ["lora", "disable_padding"])
+def test_ragged_verify_refuses_what_it_cannot_pad(conflict, device, personality, layout):
+    """Compact ragged verify pads every batch to its tier's slots, which LoRA's per-request scales and
+    --disable-cuda-graph-padding cannot follow: SGLang must refuse to build the runner (ValueError), not capture."""
+    from harness.targets.decode.ragged import REFUSAL, ragged_layout
+
+    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4, **{conflict: True},
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="DSPARK"))
+    with example("decode_ragged_refusal", personality=personality, conflict=conflict, **case.drawn()):
+        skip_without_ragged(layout, personality)
+        check_construction_refused(ragged_layout(layout), case, device, personality, ValueError, REFUSAL,
+                                   f"SGLang built a compact ragged verify runner with {conflict} on; the runner "
+                                   f"must refuse it ({REFUSAL!r} ...): its graphs pad every batch to the tier")
+
+
+def check_construction_refused(target_layout, case, device, personality, error: type, text: str, failure: str):
+    """SGLang's runner constructor must raise `error` with `text` for `case`; building it is the `failure`."""
+    device.reset()
+    try:
+        target_layout.make_target(case, personality=personality, device=device.torch_device)
+    except error as refused:
+        assert text in str(refused), f"SGLang refused the case for another reason: {refused}"
+        return
+    raise OracleFailure("admission", failure)
+
+
+# -- a draft worker's verify graphs (model_runner.is_draft_worker) ----------------------------------------------
+def skip_without_draft(layout, personality) -> None:
+    from harness.targets.decode.draft import draft_missing
+
+    missing = layout.speculative_missing() or draft_missing(layout)
+    if missing:
+        pytest.skip(missing)
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=draft_cases(), compact=st.booleans(), data=st.data())
+def test_draft_worker_verify_replay_matches_eager(case, compact, data, device, personality, layout):
+    """A DFLASH draft worker's TARGET_VERIFY graphs (no verify mask, no hidden states), reading the drawn
+    embeddings the worker hands over; built under SGLANG_RAGGED_VERIFY_MODE=compact too, which a draft runner
+    ignores."""
+    from harness.targets.decode.draft import draft_layout
+
+    with example("decode_draft_verify", personality=personality, compact=compact, **case.drawn()) as ex:
+        skip_without_draft(layout, personality)
+        capture_and_check(case, lambda capture_bs: data.draw(draft_batches(case, capture_bs), label="draft batches"),
+                          device, personality, draft_layout(layout, compact=compact), ex,
+                          kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
+
+
+def test_draft_worker_of_an_algorithm_without_draft_verify_is_refused(device, personality, layout):
+    """EAGLE drafts do not verify like a target (`supports_target_verify_for_draft` false): SGLang must refuse to
+    build a draft worker's decode runner for it, not capture TARGET_VERIFY graphs."""
+    from harness.targets.decode.draft import REFUSAL, draft_layout
+
+    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4,
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm="EAGLE"))
+    with example("decode_draft_refusal", personality=personality, **case.drawn()):
+        skip_without_draft(layout, personality)
+        check_construction_refused(draft_layout(layout), case, device, personality, RuntimeError, REFUSAL,
+                                   "SGLang built an EAGLE draft worker's decode runner; EAGLE drafts do not verify "
+                                   f"like a target, so it must refuse ({REFUSAL!r})")
+
+
+# -- a diffusion LLM's DLLM_EXTEND graphs (--dllm-algorithm) ----------------------------------------------------
+def skip_without_dllm(layout, personality, settings) -> None:
+    """The release's reason (`dllm.dllm_missing`); under the NPU personality, Gemma4Renoise (SGLang serves it on
+    CUDA/ROCm only: its configure_server_args refuses other devices), so only SDAR's graphs run on the NPU runner."""
+    from harness.targets.decode.dllm import dllm_missing
+
+    missing = layout.planning_missing(personality) or dllm_missing(layout, settings)
+    if missing:
+        pytest.skip(missing)
+    if personality == "npu" and settings.algorithm == "Gemma4Renoise":
+        pytest.skip(f"SGLang {sglang_version()}: Gemma4Renoise serves on CUDA/ROCm only, not under "
+                    f"{layout.npu_runner_class}")
+
+
+@pytest.mark.parametrize("inputs", sorted(DLLM_INPUTS))
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(data=st.data())
+def test_dllm_replay_matches_eager(inputs, data, device, personality, layout):
+    """DLLM_EXTEND graphs of a block per request (SGLang's DllmConfig from a checkpoint and algorithm config),
+    reading the embeddings or in-graph preparation state the algorithm hands over, fresh and pre-planned; each
+    replay returns full_logits of the raw tokens, equal to eager, with seq_lens padded by the block size."""
+    from harness.targets.decode.dllm import dllm_layout
+
+    case = data.draw(dllm_cases(inputs), label="case")
+    with example("decode_dllm", inputs=inputs, personality=personality, **case.drawn()) as ex:
+        skip_without_dllm(layout, personality, case.dllm)
+        capture_and_check(case, lambda capture_bs: data.draw(dllm_batches(case, capture_bs), label="dllm batches"),
+                          device, personality, dllm_layout(layout), ex,
+                          kinds=lambda count: data.draw(unplanned_or_planned(count), label="kinds"))
+
+
+def test_dllm_batch_without_embeddings_is_refused(device, personality, layout):
+    """Gemma4Renoise without in-graph preparation reads the batch's input_embeds: a DLLM_EXTEND batch handed over
+    without them must be refused (ValueError) before anything is staged, not replayed on stale embeddings."""
+    from harness.targets.decode.dllm import REFUSAL, DllmBatch, dllm_layout
+
+    case = decode.DecodeCase(capture_bs=(1, 2), max_running_requests=4, dllm=decode.DllmSettings(
+        algorithm="Gemma4Renoise", architecture="DiffusionGemmaForBlockDiffusion", block_size=2))
+    batch = DllmBatch(input_ids=[1, 2], positions=[3, 4], seq_lens=[5], forward_mode="DLLM_EXTEND")
+    with example("decode_dllm_refusal", personality=personality, **case.drawn()):
+        skip_without_dllm(layout, personality, case.dllm)
+        device.reset()
+        target = dllm_layout(layout).make_target(case, personality=personality, device=device.torch_device)
+        try:
+            target.replay(batch)
+        except ValueError as refused:
+            assert REFUSAL in str(refused), f"SGLang refused the batch for another reason: {refused}"
+            return
+        raise OracleFailure("admission", "SGLang replayed a Gemma4Renoise DLLM_EXTEND batch without input_embeds; "
+                            f"it must refuse it ({REFUSAL!r}): the graph would read the last batch's embeddings")
+
+
+@pytest.mark.parametrize("inputs", ["input_embeds", "prepared"])  # the paths with a per-step input to restage
+def test_dllm_preplanned_batch_stages_its_inputs(inputs, device, personality, layout):
+    """Capture size 2, block size 2. One request (padded to 2: seq_lens' padded row must hold the block size, the
+    full_logits returned only its 2 raw tokens), then two, each loaded and marked ahead (load_batch + mark, the
+    dLLM worker's way); then the next denoising step of those two requests (new tokens, new embeddings or
+    preparation state) marked on the standing plan: the pre-planned branch must copy its embeddings or state too,
+    not replay the step before's."""
+    from harness.targets.decode.dllm import DllmBatch, dllm_layout
+
+    architecture, prepared = DLLM_INPUTS[inputs]
+    settings = decode.DllmSettings(algorithm=DLLM_ALGORITHMS[architecture], architecture=architecture,
+                                   block_size=2, capture_input_preparation=prepared)
+    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4, dllm=settings)
+    values = [[[0.5, -1.0, 0.25, 2.0], [1.0, 1.0, -0.5, 0.125]],
+              [[0.25, 0.5, 0.75, 1.0], [-2.0, 0.0, 1.5, 0.5], [1.25, -0.25, 0.0, 0.5], [0.5, 0.5, 0.5, -1.0]]]
+    extra = [{"preparation_state" if prepared else "input_embeds": v} for v in values]
+    batches = [DllmBatch(input_ids=[4, 7], positions=[10, 11], seq_lens=[12], forward_mode="DLLM_EXTEND",
+                         req_pool_indices=[3], out_cache_loc=[5, 6], **extra[0]),
+               DllmBatch(input_ids=[1, 2, 3, 4], positions=[5, 6, 7, 8], seq_lens=[9, 6], forward_mode="DLLM_EXTEND",
+                         req_pool_indices=[0, 2], out_cache_loc=[1, 2, 3, 4], **extra[1])]
+    step = {name: [[-v for v in row] for row in values] for name, values in extra[1].items()}
+    batches.append(dataclasses.replace(batches[1], input_ids=[6, 0, 5, 2], **step))
+    with example("decode_dllm", inputs=inputs, personality=personality, **case.drawn()) as ex:
+        skip_without_dllm(layout, personality, settings)
+        capture_and_check(case, lambda capture_bs: batches, device, personality, dllm_layout(layout), ex,
+                          kinds=lambda count: ["planned"] * 4 + ["stale_mark"] * 2)

@@ -14,11 +14,30 @@ request `r = i // w`:
     h_i += 0.25 * (seq_lens_sum - sum(seq_lens))                       the backend's plan: the sum it was handed
                                                                        against the seq_lens it was handed (0 when
                                                                        they agree, padding included)
+    h_i += 0.125 * (verify_lens[r] - q_len_r + i - qo_indptr[r])      compact ragged verify only (the spec info's
+                                                                       `RaggedVerifyLayout`): request r of row i is
+                                                                       the one whose qo_indptr span (q_len_r rows)
+                                                                       holds i, not i // w; the term is the keys past
+                                                                       its prefix a causal verify kernel lets row i
+                                                                       see (cache length seq_lens + verify_lens, as
+                                                                       SGLang's ragged geometry has it, less the span,
+                                                                       plus the row's offset): on a consistent layout
+                                                                       0.125 * (i - start of request r), whatever
+                                                                       padding the tier added after the real rows;
+                                                                       rows past the last span count as its last row
+    h_i += 0.25 * sum(input_embeds[i])                                 a DFLASH draft worker's verify: the embeddings
+                                                                       the runner hands the forward (`input_embeds`,
+                                                                       else the batch's own; none: 0)
+                                                                       a dLLM preparing them in the graph:
+                                                                       input_embeds[i] = state[i] + 0.5 * input_ids[i]
+                                                                       (`prepare_dllm_input_embeds`, from the batch's
+                                                                       `dllm_input_preparation_state`)
     h_i *= 2               when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
     h_i += scale_r * h_i   when LoRA is on and this graph is not the "nolora" variant; `scale_r` is the
                                                                        request's adapter scale (LORA_SCALES; 0 for a
                                                                        request without adapter)
-    next_token_logits[i, v] = h_i * (v + 1)        for v in 0..VOCAB-1
+    next_token_logits[i, v] = h_i * (v + 1)        for v in 0..VOCAB-1 (DLLM_EXTEND: `full_logits` too, as a
+                                                   diffusion LLM returns logits for every token of its block)
     hidden_states[i, k]     = h_i                  for k in 0..HIDDEN-1, when the batch's capture_hidden_mode
                                                    asks for hidden states (EAGLE's TARGET_VERIFY: FULL)
 
@@ -44,16 +63,27 @@ LORA_SCALES = {None: 0.0, "a1": 1.0, "a2": 2.0, "a3": -0.5}
 
 
 def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cache_loc, visible_drafts=None,
-                    decode=True, lora_scales=None) -> tuple[torch.Tensor, torch.Tensor]:
+                    decode=True, lora_scales=None, verify_lens=None,
+                    input_embeds=None, preparation_state=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(next_token_logits, hidden_states) of the closed form above, in float64 from plain lists (per request:
-    seq_lens, req_pool_indices, lora_scales; per token: the rest)."""
+    seq_lens, req_pool_indices, lora_scales, verify_lens; per token: the rest). With `verify_lens` (ragged verify)
+    only the real rows, the first sum(verify_lens)."""
     width = len(input_ids) // len(seq_lens) if seq_lens else 0
     visible_drafts = visible_drafts or [0] * len(input_ids)
+    ragged = [(r, j) for r, n in enumerate(verify_lens) for j in range(n)] if verify_lens is not None else None
     rows = []
     for i, (t, p) in enumerate(zip(input_ids, positions)):
-        r = i // width
+        if ragged is not None and i >= len(ragged):
+            break
+        r = ragged[i][0] if ragged is not None else i // width
         h = 3 * t + 0.5 * p + 19 + 0.25 * seq_lens[r] + 0.5 * req_pool_indices[r] + 0.125 * out_cache_loc[i] \
             + 0.5 * visible_drafts[i]
+        if ragged is not None:
+            h += 0.125 * ragged[i][1]
+        if input_embeds is not None:
+            h += 0.25 * sum(input_embeds[i])
+        if preparation_state is not None:
+            h += 0.25 * (sum(preparation_state[i]) + HIDDEN * 0.5 * t)
         if decode:
             h *= 2
         if lora_scales is not None:
@@ -82,6 +112,17 @@ def visible_draft_counts(seq_lens: Sequence[int], custom_mask: Optional[torch.Te
             counts[r * width + j] = int(mask[start:start + width].sum())
         offset += width * span
     return counts
+
+
+def ragged_rows(layout, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(request of each of `n` token rows, its ragged term) from a `RaggedVerifyLayout`'s qo_indptr and verify_lens,
+    as a ragged verify kernel finds a row's request: fixed shapes, no host read (legal inside a capture)."""
+    qo_indptr = layout.qo_indptr_device.to(torch.int64)
+    tokens = torch.arange(n, device=qo_indptr.device)
+    request = torch.searchsorted(qo_indptr[1:], tokens, right=True).clamp(max=layout.verify_lens.shape[0] - 1)
+    span = qo_indptr[request + 1] - qo_indptr[request]
+    term = 0.125 * (layout.verify_lens.to(torch.int64)[request] - span + tokens - qo_indptr[request]).to(torch.float32)
+    return request, term
 
 
 class LoRAManagerDouble:
@@ -165,21 +206,40 @@ class DecodeModel(torch.nn.Module):
         self.register_buffer("vocab_weight", torch.arange(1, VOCAB + 1, dtype=torch.float32))
         self.shared_experts_config = None  # read by SGLang's BaseRunner.model_context
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, **kwargs):
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                input_embeds: Optional[torch.Tensor] = None, **kwargs):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
         n = input_ids.shape[0]
         request = torch.arange(n, device=input_ids.device) // max(n // max(forward_batch.batch_size, 1), 1)
         metadata = _hooks["attn_backend"](forward_batch).forward_metadata
+        layout = getattr(getattr(forward_batch, "spec_info", None), "ragged_verify_layout", None)
+        if layout is not None:
+            request, ragged_term = ragged_rows(layout, n)
         per_request = 0.25 * metadata.seq_lens.to(torch.float32) + \
             0.5 * forward_batch.req_pool_indices.to(torch.float32)[: metadata.seq_lens.shape[0]]
         h = 3.0 * input_ids.to(torch.float32) + 0.5 * positions.to(torch.float32) + 19.0
         h = h + per_request[request] + 0.125 * forward_batch.out_cache_loc[:n].to(torch.float32)
         h = h + 0.5 * metadata.visible_drafts[:n].to(torch.float32) + 0.25 * metadata.sum_gap.to(torch.float32)
+        if layout is not None:
+            h = h + ragged_term
+        embeds = input_embeds if input_embeds is not None else getattr(forward_batch, "input_embeds", None)
+        # DLLM_EXTEND only (never compiled): older Dynamo cannot trace a getattr of a field the release lacks
+        dllm = forward_batch.forward_mode.name == "DLLM_EXTEND"
+        state = getattr(forward_batch, "dllm_input_preparation_state", None) if dllm else None
+        if embeds is None and state is not None:  # eager: the model prepares them itself (as Gemma4 diffusion)
+            embeds = self.prepare_dllm_input_embeds(input_ids, state)
+        if embeds is not None:
+            h = h + 0.25 * embeds[:n].to(torch.float32).sum(-1)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
         if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":
             h = h + self.lora_manager.batch_scales[request] * h
         logits = h[:, None] * self.vocab_weight[None, :]
         hidden = h[:, None].expand(n, HIDDEN).clone() if forward_batch.capture_hidden_mode.need_capture() else None
-        return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden)
+        return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden,
+                                     **({"full_logits": logits} if dllm else {}))
+
+    def prepare_dllm_input_embeds(self, input_ids: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """A dLLM's in-graph input preparation (what Gemma4Renoise's `prepare_graph_inputs` calls): see above."""
+        return state + 0.5 * input_ids.to(state.dtype)[:, None]

@@ -47,7 +47,10 @@ def by_hand(target, batch):
     scales = [LORA_SCALES[i] for i in batch.lora_ids] if target.lora_manager and batch.lora_ids else None
     return expected_output(batch.input_ids, batch.positions, batch.seq_lens, req_pool_indices=batch.pool_rows,
                            out_cache_loc=batch.cache_slots, visible_drafts=batch.visible_drafts(),
-                           decode=batch.forward_mode == "DECODE", lora_scales=scales)
+                           decode=batch.forward_mode == "DECODE", lora_scales=scales,
+                           verify_lens=getattr(batch, "verify_lens", None),
+                           input_embeds=getattr(batch, "input_embeds", None),
+                           preparation_state=getattr(batch, "preparation_state", None))
 
 
 TOKEN_INPUTS = ("input_ids", "positions", "out_cache_loc")
@@ -72,7 +75,15 @@ def stale_inputs(target, batch) -> str:
     if int(metadata.sum_gap) != 0:
         wrong.append(f"the attention backend was handed a seq_lens_sum {int(metadata.sum_gap)} away from the sum "
                      "of the seq_lens it was handed")
-    return ("; static inputs: " + "; ".join(wrong)) if wrong else ""
+    layout = getattr(target, "stale_layout", None)  # a ragged verify target: the layout the tier's graph reads
+    embeddings = getattr(target, "stale_embeddings", None)  # a dLLM target: the embeddings or state the graph reads
+    return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + (layout(batch) if layout else "") + \
+        (embeddings(batch) if embeddings else "")
+
+
+def ragged_note(batch) -> str:
+    lens = getattr(batch, "verify_lens", None)
+    return "" if lens is None else f" (ragged verify_lens {lens}, tier {batch.tier} of grid {list(batch.grid)})"
 
 
 def check_padding_promises(target, batch, index: int) -> None:
@@ -83,11 +94,15 @@ def check_padding_promises(target, batch, index: int) -> None:
         return
     padded = min(s for s in expected_sizes(target.case)[0] if s >= batch.batch_size)
     width = target.case.tokens_per_request
-    promised = {"seq_lens": target.attn_backend.get_cuda_graph_seq_len_fill_value(), "req_pool_indices": 0,
+    tokens = (batch.batch_size * width, padded * width)
+    extent = getattr(target, "padded_extent", None)  # a ragged verify target: its tier's slots and tokens
+    if extent is not None:
+        padded, stop = extent(batch)
+        tokens = (len(batch.input_ids), stop)
+    promised = {"seq_lens": target.seq_len_fill_value(), "req_pool_indices": 0,
                 "positions": 0, "out_cache_loc": 0}
     for name, value in promised.items():
-        start, stop = (batch.batch_size, padded) if name in REQUEST_INPUTS else \
-            (batch.batch_size * width, padded * width)
+        start, stop = (batch.batch_size, padded) if name in REQUEST_INPUTS else tokens
         rows = target.static_buffer(name)[start:stop].tolist()
         if any(v != value for v in rows):
             raise OracleFailure("eager-equality", f"replay {index}: padded rows {start}..{stop - 1} of `{name}` hold "
@@ -103,11 +118,13 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
     replay = replay or (lambda batch, step: (target.replay(batch), batch))
     for index, drawn in enumerate(batches):
         for which, batch in (("drawn", drawn), ("shifted", shifted(drawn))):
-            servable = not target.case.disable_padding or batch.batch_size in expected_sizes(target.case)[0]
+            servable = target.expected_servable(batch) if hasattr(target, "expected_servable") else \
+                not target.case.disable_padding or batch.batch_size in expected_sizes(target.case)[0]
             if target.can_replay(batch) != servable:
                 raise OracleFailure("eager-equality", f"the runner {'refused' if servable else 'accepted'} to "
                                     f"replay batch size {batch.batch_size} having captured {target.capture_bs}"
-                                    f"{' with padding disabled' if target.case.disable_padding else ''}",
+                                    f"{' with padding disabled' if target.case.disable_padding else ''}"
+                                    f"{ragged_note(batch)}",
                                     batch=batch, refused_captured=servable)
             if not servable:
                 continue  # padding disabled: SGLang runs this batch eagerly, outside the graphs
@@ -118,9 +135,14 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
                 # most specific diagnosis of a skipped or doubled launch)
                 check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
                                                       f"{batch.forward_mode} request(s)")
-            got = (output.next_token_logits.clone(),
-                   None if output.hidden_states is None else output.hidden_states.clone())
+            real = getattr(batch, "real_tokens", None)  # ragged verify: rows past the batch's tokens are the tier's
+            returned = target.returned_logits(output, batch) if hasattr(target, "returned_logits") else \
+                output.next_token_logits  # a dLLM target: full_logits, held to its contract
+            got = (returned[:real].clone(),
+                   None if output.hidden_states is None else output.hidden_states[:real].clone())
             eager = target.eager(batch)
+            eager = dataclasses.replace(eager, next_token_logits=eager.next_token_logits[:real], hidden_states=None
+                                        if eager.hidden_states is None else eager.hidden_states[:real])
             logits, hidden = by_hand(target, batch)
             try:
                 assert_matches_eager(eager.next_token_logits, logits.to(eager.next_token_logits.dtype), exact=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.targets import first_layout
 from harness.targets.decode import v0_5_9, v0_5_14
 from harness.targets.decode.base import (  # noqa: F401 - the path's public names
-    DecodeBatch, DecodeCase, DecodeTarget, Layout, SpecSettings, fresh_dynamo_when_compiler_changes,
+    DecodeBatch, DecodeCase, DecodeTarget, DllmSettings, Layout, SpecSettings, fresh_dynamo_when_compiler_changes,
 )
 
 LAYOUTS = (v0_5_14, v0_5_9)  # newest first

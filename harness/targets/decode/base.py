@@ -76,7 +76,7 @@ class Layout:
 @dataclasses.dataclass(frozen=True)
 class SpecSettings:
     """Speculative decoding as a user sets it: the algorithm (EAGLE, STANDALONE: EAGLE's verify without hidden
-    states, NGRAM, DFLASH), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
+    states, NGRAM, DFLASH, DSPARK: the compact ragged verify's), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
     request)."""
 
     num_steps: int
@@ -87,7 +87,20 @@ class SpecSettings:
     @property
     def captures_hidden(self) -> bool:
         """Whether the target verify returns hidden states (EAGLE's draft reads them)."""
-        return self.algorithm in ("EAGLE", "DFLASH")
+        return self.algorithm in ("EAGLE", "DFLASH", "DSPARK")
+
+
+@dataclasses.dataclass(frozen=True)
+class DllmSettings:
+    """A diffusion LLM as a user serves it (`--dllm-algorithm`, a checkpoint declaring `architecture`, the block
+    size in `--dllm-algorithm-config`): one DLLM_EXTEND request is a block of `block_size` tokens. Gemma4Renoise
+    encodes the context apart (the forward reads `input_embeds`), prepared in the graph from a per-token state
+    when `capture_input_preparation`."""
+
+    algorithm: str
+    architecture: str
+    block_size: int
+    capture_input_preparation: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +117,12 @@ class DecodeCase:
     spec: Optional[SpecSettings] = None
     disable_padding: bool = False  # --disable-cuda-graph-padding: only captured sizes replay
     default_max_bs: Optional[int] = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
+    dllm: Optional[DllmSettings] = None  # a diffusion LLM's DLLM_EXTEND graphs (`decode/dllm.py`)
 
     @property
     def tokens_per_request(self) -> int:
+        if self.dllm:
+            return self.dllm.block_size
         return self.spec.num_draft_tokens if self.spec else 1
 
     def drawn(self) -> dict:
@@ -184,7 +200,7 @@ class DecodeBatch:
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
         from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
-        if spec.algorithm == "DFLASH":
+        if spec.algorithm in ("DFLASH", "DSPARK"):  # DSPARK verifies with DFLASH's input
             if self.forward_mode == "IDLE":
                 return None
             from sglang.srt.speculative.dflash_info import DFlashVerifyInput
@@ -534,6 +550,10 @@ class DecodeTarget:
     def promises_padding(self) -> bool:
         """Whether the release pads static inputs by a declared policy (0.5.2x's buffer registry)."""
         return hasattr(self.runner, "buffer_registry")
+
+    def seq_len_fill_value(self) -> int:
+        """What padded seq_lens rows must hold: the attention backend's fill value (a dLLM's: its block size)."""
+        return self.attn_backend.get_cuda_graph_seq_len_fill_value()
 
     def static_buffer(self, name: str) -> Optional[torch.Tensor]:
         """The runner's static input buffer `name` (what the captured graph reads), None where it has none."""

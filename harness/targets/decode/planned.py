@@ -10,7 +10,8 @@ How each batch reaches the runner (drawn per batch, `KINDS`):
   forward (as DP padding does); SGLang must see the stale mark and plan it again.
 - `stale_mark`: marked without a plan (re-plan allowed, same shapes as the batch planned last): SGLang keeps the
   last plan, so the replay sees that batch's per-request inputs and metadata with this batch's input_ids and
-  positions (and its LoRA scales, which the worker prepares per batch). The expectation says so, derived from the
+  positions (and its LoRA scales, which the worker prepares per batch; its embeddings or dLLM preparation state, as a
+  dLLM worker's next denoising step of the same block hands over). The expectation says so, derived from the
   two drawn batches.
 """
 from __future__ import annotations
@@ -19,6 +20,9 @@ import dataclasses
 from typing import Optional
 
 KINDS = ("execute", "planned", "replanned", "stale_mark")
+# what a marked batch's replay takes from that batch, not the plan: the per-step inputs the pre-planned branch copies
+# again (input_ids, positions; a dLLM's or draft worker's embeddings or preparation state) and the LoRA scales
+RESTAGED = ("input_ids", "positions", "lora_ids", "input_embeds", "preparation_state")
 
 
 class PlannedReplays:
@@ -61,8 +65,8 @@ class PlannedReplays:
         fb = self.target.forward_batch(batch)  # stale_mark
         fb.mark_forward_metadata_ready(replan_equivalent=True)
         planned = self.last_plan
-        return self.execute(fb), dataclasses.replace(planned, input_ids=batch.input_ids, positions=batch.positions,
-                                                     lora_ids=batch.lora_ids)
+        restaged = {name: getattr(batch, name) for name in RESTAGED if hasattr(batch, name)}
+        return self.execute(fb), dataclasses.replace(planned, **restaged)
 
     def _feasible(self, batch, kind: str) -> str:
         """A stale mark needs a last plan of the same shapes and mode (else SGLang's copies would not fit); a resize

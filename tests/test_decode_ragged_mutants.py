@@ -1,0 +1,68 @@
+"""Mutants of the decode runner's compact ragged verify (SGLANG_RAGGED_VERIFY_MODE=compact), each in a scratch copy
+of the installed SGLang: the ragged tests of the decode suite must fail with the oracle and a diagnosis naming the
+input or contract; clean SGLang passes them (tests/test_decode_mutants.py runs the whole suite clean).
+
+- Staging (`_stage_ragged_verify_layout`): the copy of the batch's padded qo_indptr, or of its verify_lens, into the
+  layout the tier's graph was captured with is lost, so replays read the capture-time (or last) layout.
+- Admission (`_can_run_ragged_verify_graph`, `_ragged_capture_slots`): slots compared with `<` (a batch filling its
+  tier's slots runs eagerly); slots counted as tier / draft tokens (the uniform layout's), so a tier captures fewer
+  request slots than min(tier, max_bs) and batches with more requests are refused.
+- Configuration: the ValueError for LoRA, or for --disable-cuda-graph-padding, dropped: SGLang builds a compact
+  runner whose graphs cannot pad the batch the way the case asks.
+- A draft worker's verify graphs (DFLASH): the replay no longer copies the batch's `input_embeds` into the static
+  buffer, or the capture no longer hands the static embeddings to the forward. (Dropping the constructor's guard
+  against an EAGLE draft runner is no regression: `get_spec_info` refuses it again at capture, same text.)
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.mutant_runs import assert_mutant_fails
+
+SUITE = "suites/test_decode_capture.py"
+RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
+REPLAY = f"{SUITE}::test_ragged_verify_replay_matches_eager"
+REFUSAL = f"{SUITE}::test_ragged_verify_refuses_what_it_cannot_pad"
+DRAFT = f"{SUITE}::test_draft_worker_verify_replay_matches_eager"
+FILLS_SLOTS = f"{SUITE}::test_ragged_verify_fills_a_tiers_slots[True]"
+
+STAGE_SKIPS_QO_INDPTR = [(RUNNER, "        cap_layout.qo_indptr_device.copy_(live.qo_indptr_device)\n", "")]
+STAGE_SKIPS_VERIFY_LENS = [(RUNNER, "        cap_layout.verify_lens.copy_(live.verify_lens)\n", "")]
+SLOTS_OFF_BY_ONE = [(RUNNER, "and forward_batch.batch_size <= self._ragged_capture_slots(admission_tokens)",
+                     "and forward_batch.batch_size < self._ragged_capture_slots(admission_tokens)")]
+SLOTS_UNIFORM = [(RUNNER, "        return min(num_tokens, self.max_bs)\n",
+                  "        return num_tokens // self.captured_req_width\n")]
+LORA_ACCEPTED = [(RUNNER, "            or model_runner.lora_manager is not None\n", "")]
+NO_PADDING_ACCEPTED = [(RUNNER, "            or model_runner.lora_manager is not None\n            or self.disable_padding\n",
+                        "            or model_runner.lora_manager is not None\n")]
+DRAFT_EMBEDS_NOT_COPIED = [(RUNNER, "            buffers.input_embeds[:raw_num_token].copy_(forward_batch.input_embeds)\n",
+                            "            pass\n")]
+DRAFT_EMBEDS_NOT_PASSED = [(RUNNER, '                            kwargs["input_embeds"] = self.buffers.input_embeds[\n'
+                                    "                                :num_tokens\n                            ]\n",
+                            "                            pass\n")]
+
+# name -> (edits, test, oracle expected, texts expected in the diagnosis)
+MUTANTS = {
+    "ragged_stage_skips_qo_indptr": (
+        STAGE_SKIPS_QO_INDPTR, REPLAY, "eager-equality", ["TARGET_VERIFY", "the tier's ragged layout", "`qo_indptr` holds"]),
+    "ragged_stage_skips_verify_lens": (
+        STAGE_SKIPS_VERIFY_LENS, REPLAY, "eager-equality", ["TARGET_VERIFY", "`verify_lens` holds"]),
+    "ragged_admission_slots_off_by_one": (
+        SLOTS_OFF_BY_ONE, REPLAY, "eager-equality", ["refused to replay", "ragged verify_lens", "tier"]),
+    "ragged_capture_slots_uniform": (
+        SLOTS_UNIFORM, FILLS_SLOTS, "eager-equality", ["refused to replay", "ragged verify_lens [1, 1, 1]"]),
+    "ragged_lora_accepted": (
+        LORA_ACCEPTED, f"{REFUSAL}[lora]", "admission", ["with lora on", "must refuse"]),
+    "ragged_padding_disabled_accepted": (
+        NO_PADDING_ACCEPTED, f"{REFUSAL}[disable_padding]", "admission", ["with disable_padding on"]),
+    "draft_embeds_not_copied": (
+        DRAFT_EMBEDS_NOT_COPIED, DRAFT, "eager-equality", ["TARGET_VERIFY", "not bit-equal"]),
+    "draft_embeds_not_passed": (
+        DRAFT_EMBEDS_NOT_PASSED, DRAFT, "eager-equality", ["TARGET_VERIFY", "not bit-equal"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_ragged_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
+    edits, test, oracle, texts = MUTANTS[name]
+    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts)
