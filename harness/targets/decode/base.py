@@ -16,6 +16,7 @@ from unittest import mock
 import torch
 
 from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble, visible_draft_counts
+from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
 from harness.targets.sglang_plumbing import ensure_tp_group, load
 
 
@@ -104,6 +105,7 @@ class DecodeCase:
     spec: Optional[SpecSettings] = None
     disable_padding: bool = False  # --disable-cuda-graph-padding: only captured sizes replay
     default_max_bs: Optional[int] = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
+    switches: RunnerSwitches = RunnerSwitches()  # profiling, metadata glue, replay log, architecture
 
     @property
     def tokens_per_request(self) -> int:
@@ -315,13 +317,14 @@ class _KvIndexTranslator:
 
 def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_running_requests: int,
                       server_args: Any, lora_manager: Optional[LoRAManagerDouble],
-                      spec: Optional[SpecSettings] = None) -> SimpleNamespace:
+                      spec: Optional[SpecSettings] = None,
+                      architecture: str = DEFAULT_ARCHITECTURE) -> SimpleNamespace:
     """The attributes of SGLang's ModelRunner that the decode runners (and NPU subclasses) of every layout read;
     `spec`: a speculative target worker's."""
     from sglang.srt.distributed import parallel_state
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    hf_config = SimpleNamespace(architectures=["HarnessDecodeModel"], max_source_positions=0)
+    hf_config = SimpleNamespace(architectures=[architecture], max_source_positions=0)
     model_config = SimpleNamespace(
         is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32,
         hf_config=hf_config, hf_text_config=hf_config, attention_arch=None, context_len=4096,
@@ -406,7 +409,7 @@ class DecodeTarget:
         self.server_args = self.publish_config(case, device)
         ensure_tp_group()
         self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = shared_parts(
-            case.lora, device, self.attention_backend_class)
+            case.lora, device, self.attention_backend_for(case))
         self.model_runner = self.make_model_runner(case, device)
         self.decoration = load(layout.decoration_module)
         self.runner_class = self._runner_class()
@@ -421,6 +424,10 @@ class DecodeTarget:
 
     # -- what a layout provides --------------------------------------------------------------------------------
     attention_backend_class = staticmethod(make_attention_backend_class)
+
+    def attention_backend_for(self, case: DecodeCase) -> Callable:
+        """The attention double's class factory for `case` (a layout may pick another for a switch)."""
+        return self.attention_backend_class
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         raise NotImplementedError
@@ -449,7 +456,8 @@ class DecodeTarget:
     def make_model_runner(self, case: DecodeCase, device: str) -> SimpleNamespace:
         return make_model_runner(
             self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
-            server_args=self.server_args, lora_manager=self.lora_manager, spec=case.spec)
+            server_args=self.server_args, lora_manager=self.lora_manager, spec=case.spec,
+            architecture=case.switches.architecture)
 
     def construction_patches(self) -> contextlib.AbstractContextManager:
         """What the layout changes while SGLang's constructor runs (and only then)."""

@@ -1,0 +1,45 @@
+"""Oracle `npu-graph-update`: each NPU graph replay first rebinds the graph's host-side KV lengths
+(`NPUGraph.update(cpu_update_input=[{name: seq_lens}])`), with what the batch implies:
+
+    name     = "actual_seq_kvlen" for the architectures SGLang updates the v2 way (`V2_SEQ_LEN_ARCHITECTURES`),
+               else "actual_seq_lengths_kv"
+    seq_lens = per request: seq_len (+ draft tokens per request under TARGET_VERIFY), then 0 for every padded
+               request up to the replayed size (the smallest captured size >= the batch's requests)
+
+e.g. a TARGET_VERIFY batch of seq_lens [9, 4] with 3 draft tokens, replayed at size 4: [12, 7, 0, 0]. A stale or
+misnamed update leaves the NPU kernels reading the capture-time lengths, which the virtual device's graph (whose
+static buffers already hold the values) would not show in the outputs: this check does."""
+from __future__ import annotations
+
+from harness.oracles import OracleFailure
+from harness.oracles.patch_contract import expected_sizes
+
+ORACLE = "npu-graph-update"
+V2_SEQ_LEN_ARCHITECTURES = ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM")
+
+
+def graph_updates(target) -> dict:
+    """Each captured graph's updates so far, by shape key (evidence only)."""
+    return {key: list(graph.updates) for key, graph in target.runner.backend._graphs.items()}
+
+
+def expected_update(target, batch) -> list[dict]:
+    case = target.case
+    name = "actual_seq_kvlen" if case.switches.architecture in V2_SEQ_LEN_ARCHITECTURES else "actual_seq_lengths_kv"
+    padded = min(s for s in expected_sizes(case)[0] if s >= batch.batch_size)
+    extra = case.tokens_per_request if batch.forward_mode == "TARGET_VERIFY" else 0
+    return [{name: [s + extra for s in batch.seq_lens] + [0] * (padded - batch.batch_size)}]
+
+
+def check_npu_graph_update(target, batch, before: dict) -> None:
+    """`before`: `graph_updates(target)` taken just before the replay of `batch`."""
+    after = graph_updates(target)
+    new = {key: updates[len(before.get(key, [])):] for key, updates in after.items()}
+    new = {key: updates for key, updates in new.items() if updates}
+    expected = expected_update(target, batch)
+    got = [[{k: list(v) for k, v in part.items()} for part in update] for updates in new.values()
+           for update in updates]
+    if got != [expected]:
+        raise OracleFailure(ORACLE, f"replay of a {batch.forward_mode} batch of seq_lens {batch.seq_lens}: expected "
+                            f"one graph update {expected}, the graphs got {got}", expected=expected, got=got,
+                            architecture=target.case.switches.architecture)

@@ -1,0 +1,49 @@
+"""Hypothesis strategies for the decode runner's switches (`harness.targets.decode.switches.RunnerSwitches`).
+
+- `npu_cases()`: decode cases for SGLang's NPU runner: speculative or not, the model's architecture (one the NPU
+  runner updates KV lengths the v2 way, or not), capture profiling now and then.
+- `profile_cases()`: `--enable-profile-cuda-graph`, one trace per shape (`SGLANG_GRAPH_BATCH_CAPTURE`) or one pass.
+- `glue_cases()` with `glue_batches()`: the metadata glue graph, which only serves unpadded, LoRA-free batches
+  after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from harness.oracles.npu_graph_update import V2_SEQ_LEN_ARCHITECTURES
+from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
+from strategies.capture import decode_batch, decode_cases
+
+
+@st.composite
+def npu_cases(draw):
+    case = draw(decode_cases(speculative=None))
+    switches = RunnerSwitches(
+        architecture=draw(st.sampled_from([DEFAULT_ARCHITECTURE, DEFAULT_ARCHITECTURE, *V2_SEQ_LEN_ARCHITECTURES])),
+        profile=draw(st.sampled_from([None, "single"])))
+    return dataclasses.replace(case, switches=switches)
+
+
+@st.composite
+def profile_cases(draw):
+    case = draw(decode_cases(compile=False))
+    return dataclasses.replace(case, switches=RunnerSwitches(profile=draw(st.sampled_from(["per_shape", "single"])),
+                                                             log_graph_key=draw(st.booleans())))
+
+
+@st.composite
+def glue_cases(draw):
+    case = draw(decode_cases(lora=False))
+    return dataclasses.replace(case, switches=RunnerSwitches(metadata_glue=True, skip_glued_view=draw(st.booleans()),
+                                                             log_graph_key=draw(st.booleans())))
+
+
+@st.composite
+def glue_batches(draw, case, capture_bs: list[int]):
+    """Two captured sizes at most, interleaved, each drawn 2 or 3 times (with the suite's shifted replay, 4 to 6
+    replays per key: past the glue's two warm-ups and its capture, into glued replays)."""
+    sizes = draw(st.lists(st.sampled_from(sorted(capture_bs)), min_size=1, max_size=2, unique=True))
+    order = draw(st.permutations([s for s in sizes for _ in range(draw(st.integers(2, 3)))]))
+    return [draw(decode_batch(size, lora=False, pool=case.max_running_requests)) for size in order]
