@@ -1,0 +1,81 @@
+"""Mutants of the decode runner's switches and of SGLang's NPU runner, each in a scratch copy of the installed
+SGLang: the suite that drives the path must fail with the oracle and diagnosis named; clean SGLang passes.
+
+- Capture profiling (`suites/test_decode_switches.py`): memory history left on after capture; the trace tag drops
+  the LoRA variant (two captures, one trace name); the full backend stops stepping the profiler after a capture
+  (the traces no longer fall one per shape).
+- Metadata glue graph: a glued prep that re-installs the captured metadata without replaying the glue graph (stale
+  seq_lens, the runner's view path); the skip-replay-view path does the same.
+- NPU runner (`suites/test_decode_npu.py`): the v2 architectures' KV lengths updated under the v1 name; padded
+  requests left out of the update; draft tokens not added for TARGET_VERIFY; the capture profile with no trace
+  handler.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.mutant_runs import assert_mutant_fails, run_suite_on_mutant
+
+SWITCHES = "suites/test_decode_switches.py"
+NPU = "suites/test_decode_npu.py"
+RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
+FULL = "srt/model_executor/runner_backend/full_cuda_graph_backend.py"
+GLUE = "srt/model_executor/runner/metadata_glue_graph.py"
+NPU_RUNNER = "srt/hardware_backend/npu/graph_runner/npu_graph_runner.py"
+PROFILED = f"{SWITCHES}::test_profiled_capture_writes_one_trace_per_shape"
+GLUED = f"{SWITCHES}::test_metadata_glue_replays_match_eager"
+NPU_REPLAY = f"{NPU}::test_npu_replay_matches_eager_and_updates_graph"
+
+MUTANTS = {
+    "memory_history_left_on": (PROFILED, [(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
+                                           "")],
+                               "capture-profile", ["history was left on after capture"]),
+    "trace_tag_drops_lora_variant": (PROFILED, [(RUNNER, "            parts.append(variant_label)\n",
+                                                 "            pass\n")],
+                                     "capture-profile", ["capture traces (per_shape)", "missing", "_nolora_rank0"]),
+    "profiler_not_stepped_after_capture": (
+        PROFILED, [(FULL, "        if profiler is not None:\n            profiler.step()\n\n"
+                          "        self._graphs[shape_key] = graph", "\n        self._graphs[shape_key] = graph")],
+        "capture-profile", ["capture traces (per_shape)", "missing"]),
+    "glue_reinstalls_without_replay": (
+        GLUED, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
+                 "                backend.forward_metadata = metadata\n")],
+        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "skipped_view_reinstalls_without_replay": (
+        GLUED, [(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
+                 "            self._metadata_glue.reinstall(glue_key)\n")],
+        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "npu_v2_update_under_v1_name": (
+        NPU_REPLAY, [(NPU_RUNNER, '        if self._uses_v2_seq_len_update():\n'
+                                  '            return self.attr_name["TARGET_VERIFY"]\n',
+                      '        if False:\n            return self.attr_name["TARGET_VERIFY"]\n')],
+        "npu-graph-update", ["expected one graph update [{'actual_seq_kvlen'"]),
+    "npu_update_drops_padding": (
+        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist() + [\n"
+                                  "                        0\n                    ] * (self.bs - self.raw_bs)\n",
+                      "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist()\n")],
+        "npu-graph-update", ["DECODE batch", "expected one graph update"]),
+    "npu_verify_update_without_draft_tokens": (
+        NPU_REPLAY, [(NPU_RUNNER, "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n"
+                                  "                            + self.captured_req_width\n",
+                      "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n")],
+        "npu-graph-update", ["TARGET_VERIFY batch", "expected one graph update"]),
+    "npu_profile_without_trace_handler": (
+        NPU_REPLAY, [(NPU_RUNNER, "            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\n"
+                                  "                output_dir, async_mode=True\n            ),\n", "")],
+        "capture-profile", ["the NPU runner's capture profile: expected one trace"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_switch_mutant_fails_with_its_diagnosis(name, tmp_path):
+    test, edits, oracle, texts = MUTANTS[name]
+    virtual = ("--device", "cpu") if test.startswith(NPU) else ()  # the NPU runner: virtual device only
+    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts, extra=virtual)
+
+
+@pytest.mark.parametrize("suite", [SWITCHES, NPU])
+def test_clean_sglang_passes(suite, tmp_path):
+    virtual = ("--device", "cpu") if suite == NPU else ()
+    code, output = run_suite_on_mutant(suite, "clean", [], tmp_path, extra=virtual)
+    assert code == 0, f"clean SGLang failed {suite}:\n{output[-3000:]}"
