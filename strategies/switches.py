@@ -2,7 +2,8 @@
 
 - `npu_cases()`: decode cases for SGLang's NPU runner: speculative or not, the model's architecture (one the NPU
   runner updates KV lengths the v2 way, or not), capture profiling now and then.
-- `profile_cases()`: `--enable-profile-cuda-graph`, one trace per shape (`SGLANG_GRAPH_BATCH_CAPTURE`) or one pass.
+- `profile_cases()`: `--enable-profile-cuda-graph`, one trace per shape (`SGLANG_GRAPH_BATCH_CAPTURE`) or one pass,
+  with the replay log on (its padded replays name the padded size).
 - `glue_cases()` with `glue_batches()`: the metadata glue graph, which only serves unpadded, LoRA-free batches
   after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times.
 """
@@ -30,7 +31,7 @@ def npu_cases(draw):
 def profile_cases(draw):
     case = draw(decode_cases(compile=False))
     return dataclasses.replace(case, switches=RunnerSwitches(profile=draw(st.sampled_from(["per_shape", "single"])),
-                                                             log_graph_key=draw(st.booleans())))
+                                                             log_graph_key=True))
 
 
 @st.composite

@@ -9,26 +9,40 @@ from hypothesis import given, strategies as st
 
 from harness.oracles.capture_profile import check_capture_profile
 from harness.oracles.metadata_glue import GlueGraphs, check_glue_served
+from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
 from harness.record import example
+from strategies.capture import replay_batches
 from strategies.switches import glue_batches, glue_cases, profile_cases
-from suites.test_decode_capture import capture_and_check, device, drawn_batches, layout  # noqa: F401 - fixtures
+from suites.test_decode_capture import capture_and_check, device, layout  # noqa: F401 - fixtures
 
 
-def skip_without(case, layout) -> None:
+def run_switched(case, draw_batches, device, personality, layout, ex, check, **kwargs) -> None:
+    """Capture and replay `case` under its switches, then `check(target, the batches replayed, the profiler
+    folder)` while they hold; the replay log checked where the switch is on (the decode runner's execute; the NPU
+    runner logs none)."""
     missing = case.switches.missing(layout.runner_module)
     if missing:
         pytest.skip(missing)
+    drawn = []
+
+    def batches_for(sizes):
+        drawn[:] = draw_batches(sizes)
+        return drawn
+
+    with case.switches.environment() as profile_dir, replay_log() as lines:
+        target = capture_and_check(case, batches_for, device, personality, layout, ex, **kwargs)
+        if case.switches.log_graph_key and personality == "cuda":
+            check_replay_log(lines, target.case, drawn)
+        check(target, drawn, profile_dir)
 
 
 @suite_settings(gate_examples=3, shrink_in_gate=False)
 @given(case=profile_cases(), data=st.data())
 def test_profiled_capture_writes_one_trace_per_shape(case, data, device, personality, layout):
     with example("decode_switches", personality=personality, **case.drawn()) as ex:
-        skip_without(case, layout)
-        with case.switches.environment() as profile_dir:
-            target = capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
-            check_capture_profile(target, profile_dir)
+        run_switched(case, lambda sizes: data.draw(replay_batches(case, sizes), label="replay batches"), device,
+                     personality, layout, ex, lambda target, _, folder: check_capture_profile(target, folder))
 
 
 @suite_settings(gate_examples=4, shrink_in_gate=False)
@@ -36,14 +50,6 @@ def test_profiled_capture_writes_one_trace_per_shape(case, data, device, persona
 def test_metadata_glue_replays_match_eager(case, data, device, personality, layout):
     """Unpadded replays of each captured size, past the glue graph's warm-ups into glued metadata prep."""
     with example("decode_switches", personality=personality, **case.drawn()) as ex:
-        skip_without(case, layout)
-        drawn = []
-
-        def batches_for(sizes):
-            drawn[:] = data.draw(glue_batches(case, sizes), label="batches")
-            return drawn
-
-        with case.switches.environment():
-            target = capture_and_check(case, batches_for, device, personality, layout, ex,
-                                       serve_graphs=GlueGraphs())
-            check_glue_served(target, drawn)
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda target, batches, _: check_glue_served(target, batches),
+                     serve_graphs=GlueGraphs())

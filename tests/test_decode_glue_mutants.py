@@ -3,7 +3,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
 
 - Capture profiling (`suites/test_decode_switches.py`): memory history left on after capture; the trace tag drops
   the LoRA variant (two captures, one trace name); the full backend stops stepping the profiler after a capture
-  (the traces no longer fall one per shape).
+  (the traces no longer fall one per shape); the replay log names the batch's size instead of the graph's, or
+  ignores its switch.
 - Metadata glue graph: a glued prep that re-installs the captured metadata without replaying the glue graph (stale
   seq_lens, the runner's view path); the skip-replay-view path does the same.
 - NPU runner (`suites/test_decode_npu.py`): the v2 architectures' KV lengths updated under the v1 name; padded
@@ -45,6 +46,12 @@ MUTANTS = {
         GLUED, [(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
                  "            self._metadata_glue.reinstall(glue_key)\n")],
         "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "replay_log_names_raw_size": (PROFILED, [(RUNNER, "                    self._replay_graph_key.size,\n",
+                                              "                    forward_batch.batch_size,\n")],
+                                  "replay-log", ["SGLANG_LOG_DECODE_GRAPH_KEY", "first difference"]),
+    "replay_log_switch_ignored": (PROFILED, [(RUNNER, "            if envs.SGLANG_LOG_DECODE_GRAPH_KEY.get():\n",
+                                              "            if False:\n")],
+                                  "replay-log", ["0 replay line(s)"]),
     "npu_v2_update_under_v1_name": (
         NPU_REPLAY, [(NPU_RUNNER, '        if self._uses_v2_seq_len_update():\n'
                                   '            return self.attr_name["TARGET_VERIFY"]\n',
