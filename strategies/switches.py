@@ -21,8 +21,10 @@ from strategies.capture import decode_batch, decode_cases
 @st.composite
 def npu_cases(draw):
     case = draw(decode_cases(speculative=None))
-    switches = RunnerSwitches(
-        architecture=draw(st.sampled_from([DEFAULT_ARCHITECTURE, DEFAULT_ARCHITECTURE, *V2_SEQ_LEN_ARCHITECTURES])),
+    switches = RunnerSwitches(  # the v2 architectures every release with the v2 update knows (Step3p5ForCausalLM
+        # joined the list on main in June 2026: absent at 70c71ba1)
+        architecture=draw(st.sampled_from([DEFAULT_ARCHITECTURE, DEFAULT_ARCHITECTURE,
+                                           *V2_SEQ_LEN_ARCHITECTURES[:2]])),
         profile=draw(st.sampled_from([None, "single"])))
     return dataclasses.replace(case, switches=switches)
 
