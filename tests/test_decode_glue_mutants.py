@@ -78,7 +78,9 @@ MUTANTS = {
 def test_switch_mutant_fails_with_its_diagnosis(name, tmp_path):
     test, edits, oracle, texts = MUTANTS[name]
     virtual = ("--device", "cpu") if test.startswith(NPU) else ()  # the NPU runner: virtual device only
-    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts, extra=virtual)
+    record = assert_mutant_fails(test, name, edits, tmp_path, oracle, texts, extra=virtual)
+    if test.startswith(NPU):  # the run's personality is cuda; the failure names the one its suite fixed
+        assert "--personality npu" in record["replay"] and record["personality"] == "npu", record
 
 
 @pytest.mark.parametrize("suite", [SWITCHES, NPU])
