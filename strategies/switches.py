@@ -1,7 +1,8 @@
 """Hypothesis strategies for the decode runner's switches (`harness.targets.decode.switches.RunnerSwitches`).
 
-- `npu_cases()`: decode cases for SGLang's NPU runner: speculative or not, the model's architecture (one the NPU
-  runner updates KV lengths the v2 way, or not), capture profiling now and then.
+- `npu_cases()` with `npu_batches()`: decode cases for SGLang's NPU runner: speculative or not, the model's
+  architecture (one the NPU runner updates KV lengths the v2 way, the v1 way, or not at all: DeepSeek V4),
+  capture profiling now and then; batches with or without the host mirror of seq_lens.
 - `profile_cases()`: `--enable-profile-cuda-graph`, one trace per shape (`SGLANG_GRAPH_BATCH_CAPTURE`) or one pass,
   with the replay log on (its padded replays name the padded size).
 - `glue_cases()` with `glue_batches()`: the metadata glue graph, which only serves unpadded, LoRA-free batches
@@ -13,9 +14,9 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from harness.oracles.npu_graph_update import V2_SEQ_LEN_ARCHITECTURES
+from harness.oracles.npu_graph_update import NO_UPDATE_ARCHITECTURES, V2_SEQ_LEN_ARCHITECTURES
 from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
-from strategies.capture import decode_batch, decode_cases
+from strategies.capture import decode_batch, decode_cases, replay_batches
 
 
 @st.composite
@@ -24,9 +25,17 @@ def npu_cases(draw):
     switches = RunnerSwitches(  # the v2 architectures every release with the v2 update knows (Step3p5ForCausalLM
         # joined the list on main in June 2026: absent at 70c71ba1)
         architecture=draw(st.sampled_from([DEFAULT_ARCHITECTURE, DEFAULT_ARCHITECTURE,
-                                           *V2_SEQ_LEN_ARCHITECTURES[:2]])),
+                                           *V2_SEQ_LEN_ARCHITECTURES[:2], *NO_UPDATE_ARCHITECTURES,
+                                           "DeepseekV3ForCausalLM"])),
         profile=draw(st.sampled_from([None, "single"])))
     return dataclasses.replace(case, switches=switches)
+
+
+@st.composite
+def npu_batches(draw, case, capture_bs: list[int]):
+    """`replay_batches`, some without the host mirror of seq_lens (the NPU runner then reads the device lengths)."""
+    return [dataclasses.replace(batch, host_seq_lens=draw(st.booleans()))
+            for batch in draw(replay_batches(case, capture_bs))]
 
 
 @st.composite

@@ -13,7 +13,7 @@ from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets.decode.planned import KINDS
 from strategies.capture import decode_cases
-from strategies.switches import npu_cases
+from strategies.switches import npu_batches, npu_cases
 from suites.test_decode_capture import (  # noqa: F401 - the fixtures and the pinned finding, here under npu
     capture_and_check, device, drawn_batches, layout, skip_without_speculative,
     test_findings_npu_dflash_preplanned_verify_crashes,
@@ -47,8 +47,8 @@ def test_npu_replay_matches_eager_and_updates_graph(case, data, device, personal
         if missing:
             pytest.skip(missing)
         with case.switches.environment() as profile_dir:
-            target = capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex,
-                                       checked=update_checked)
+            target = capture_and_check(case, lambda sizes: data.draw(npu_batches(case, sizes), label="batches"),
+                                       device, personality, layout, ex, checked=update_checked)
             if profile_dir:
                 check_capture_profile(target, profile_dir)
 

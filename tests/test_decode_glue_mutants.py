@@ -56,17 +56,17 @@ MUTANTS = {
         NPU_REPLAY, [(NPU_RUNNER, '        if self._uses_v2_seq_len_update():\n'
                                   '            return self.attr_name["TARGET_VERIFY"]\n',
                       '        if False:\n            return self.attr_name["TARGET_VERIFY"]\n')],
-        "npu-graph-update", ["expected one graph update [{'actual_seq_kvlen'"]),
+        "npu-graph-update", ["expected graph updates [[{'actual_seq_kvlen'"]),
     "npu_update_drops_padding": (
         NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist() + [\n"
                                   "                        0\n                    ] * (self.bs - self.raw_bs)\n",
                       "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist()\n")],
-        "npu-graph-update", ["DECODE batch", "expected one graph update"]),
+        "npu-graph-update", ["DECODE batch", "expected graph updates"]),
     "npu_verify_update_without_draft_tokens": (
         NPU_REPLAY, [(NPU_RUNNER, "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n"
                                   "                            + self.captured_req_width\n",
                       "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n")],
-        "npu-graph-update", ["TARGET_VERIFY batch", "expected one graph update"]),
+        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
     "npu_profile_without_trace_handler": (
         NPU_REPLAY, [(NPU_RUNNER, "            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\n"
                                   "                output_dir, async_mode=True\n            ),\n", "")],

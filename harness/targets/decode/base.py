@@ -129,6 +129,7 @@ class DecodeBatch:
     req_pool_indices: Optional[list[int]] = None  # None: 0..bs-1
     out_cache_loc: Optional[list[int]] = None  # None: 0..tokens-1
     draft_visibility: Optional[list[list[list[bool]]]] = None  # TARGET_VERIFY: per request, draft rows x columns
+    host_seq_lens: bool = True  # False: no CPU mirror of seq_lens (ForwardBatch.seq_lens_cpu None), as some workers
 
     @property
     def batch_size(self) -> int:
@@ -168,7 +169,7 @@ class DecodeBatch:
             input_ids=tensor(self.input_ids),
             req_pool_indices=tensor(self.pool_rows),
             seq_lens=seq_lens,
-            seq_lens_cpu=seq_lens.cpu(),
+            seq_lens_cpu=seq_lens.cpu() if self.host_seq_lens else None,
             out_cache_loc=tensor(self.cache_slots),
             seq_lens_sum=int(sum(self.seq_lens)),
             positions=tensor(self.positions),
