@@ -9,7 +9,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   seq_lens, the runner's view path); the skip-replay-view path does the same.
 - NPU runner (`suites/test_decode_npu.py`): the v2 architectures' KV lengths updated under the v1 name; padded
   requests left out of the update; draft tokens not added for TARGET_VERIFY; the capture profile with no trace
-  handler.
+  handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
+  without the draft tokens, or with them for DECODE.
 """
 from __future__ import annotations
 
@@ -71,6 +72,16 @@ MUTANTS = {
         NPU_REPLAY, [(NPU_RUNNER, "            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\n"
                                   "                output_dir, async_mode=True\n            ),\n", "")],
         "capture-profile", ["the NPU runner's capture profile: expected one trace"]),
+    "npu_v4_graph_updated": (
+        NPU_REPLAY, [(NPU_RUNNER, "            or is_deepseek_v4(self.model_runner.model_config.hf_config)\n", "")],
+        "npu-graph-update", ["expected graph updates []"]),
+    "npu_device_lens_without_draft_tokens": (
+        NPU_REPLAY, [(NPU_RUNNER, "forward_batch.seq_lens.cpu() + self.captured_req_width", "forward_batch.seq_lens.cpu()")],
+        "npu-graph-update", ["TARGET_VERIFY batch", "host mirror: False"]),
+    "npu_device_lens_decode_adds_draft_width": (  # the verify fallback's arithmetic copied into the DECODE one
+        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",
+                      "                    seq_lens = (forward_batch.seq_lens.cpu() + self.captured_req_width).tolist() + [0] * (\n")],
+        "npu-graph-update", ["DECODE batch", "host mirror: False"]),
 }
 
 
