@@ -10,7 +10,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
 - NPU runner (`suites/test_decode_npu.py`): the v2 architectures' KV lengths updated under the v1 name; padded
   requests left out of the update; draft tokens not added for TARGET_VERIFY; the capture profile with no trace
   handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
-  without the draft tokens, or with them for DECODE.
+  without the draft tokens, or with them for DECODE;
+  DFLASH's backend list (`seq_lens_cpu_list`) ignored, or its draft block added again.
 """
 from __future__ import annotations
 
@@ -82,6 +83,15 @@ MUTANTS = {
         NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",
                       "                    seq_lens = (forward_batch.seq_lens.cpu() + self.captured_req_width).tolist() + [0] * (\n")],
         "npu-graph-update", ["DECODE batch", "host mirror: False"]),
+    "npu_dflash_list_double_adds_drafts": (  # the draft block added again to the backend's list
+        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = list(_meta_list)\n",
+                      "                    seq_lens = [s + self.captured_req_width for s in _meta_list]\n")],
+        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
+    "npu_dflash_list_ignored": (  # DFLASH recomputed from the live batch like the others
+        NPU_REPLAY, [(NPU_RUNNER, "                if self.model_runner.spec_algorithm.is_dflash():\n"
+                                  "                    _attn = self._replay_attn_backend()\n",
+                      "                if False:\n                    _attn = self._replay_attn_backend()\n")],
+        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
 }
 
 

@@ -5,7 +5,9 @@
                else "actual_seq_lengths_kv"
     (none at all for DeepSeek V4 (`NO_UPDATE_ARCHITECTURES`), whose graphs SGLang replays without an update)
     seq_lens = per request: seq_len (+ draft tokens per request under TARGET_VERIFY), then 0 for every padded
-               request up to the replayed size (the smallest captured size >= the batch's requests)
+               request up to the replayed size (the smallest captured size >= the batch's requests); a DFLASH
+               verify takes the attention backend's list (`seq_lens_cpu_list`, the double's: padded rows at its
+               seq_len fill value + draft tokens)
 
 e.g. a TARGET_VERIFY batch of seq_lens [9, 4] with 3 draft tokens, replayed at size 4: [12, 7, 0, 0]. A stale or
 misnamed update leaves the NPU kernels reading the capture-time lengths, which the virtual device's graph (whose
@@ -37,7 +39,9 @@ def expected_updates(target, batch) -> list[list[dict]]:
     name = "actual_seq_kvlen" if case.switches.architecture in V2_SEQ_LEN_ARCHITECTURES else "actual_seq_lengths_kv"
     padded = min(s for s in expected_sizes(case)[0] if s >= batch.batch_size)
     extra = case.tokens_per_request if batch.forward_mode == "TARGET_VERIFY" else 0
-    return [[{name: [s + extra for s in batch.seq_lens] + [0] * (padded - batch.batch_size)}]]
+    dflash_list = extra and case.spec.algorithm == "DFLASH"  # the backend's list: padded rows at the fill value
+    pad = target.attn_backend.seq_len_fill_value + extra if dflash_list else 0
+    return [[{name: [s + extra for s in batch.seq_lens] + [pad] * (padded - batch.batch_size)}]]
 
 
 def check_npu_graph_update(target, batch, before: dict) -> None:

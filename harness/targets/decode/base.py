@@ -281,6 +281,10 @@ def make_attention_backend_class():
                 self.forward_metadata = SimpleNamespace(seq_lens=self.graph.seq_lens[:bs],
                                                         visible_drafts=self.graph.visible_drafts,
                                                         sum_gap=self.graph.sum_gap)
+                if type(spec_info).__name__ == "DFlashVerifyInput":  # the KV lengths with the draft block, per
+                    # row of the static batch (padded rows: the fill value), which SGLang's NPU runner hands to
+                    # the graph update as they are (a DFlash backend's `seq_lens_cpu_list`)
+                    self.forward_metadata.seq_lens_cpu_list = (seq_lens + width).tolist()
             else:
                 self.forward_metadata = SimpleNamespace(seq_lens=seq_lens.clone(), visible_drafts=visible.to(
                     self.device), sum_gap=gap.to(self.device))
