@@ -5,6 +5,8 @@
   capture profiling now and then; batches with or without the host mirror of seq_lens.
 - `profile_cases()`: `--enable-profile-cuda-graph`, one trace per shape (`SGLANG_GRAPH_BATCH_CAPTURE`) or one pass,
   with the replay log on (its padded replays name the padded size).
+- `dp_gather_cases()` with `dp_batches()`: `--moe-dense-tp-size 1` (the gathered DP buffers on one rank), batches
+  with the scheduler's DP fields.
 - `glue_cases()` with `glue_batches()`: the metadata glue graph, which only serves unpadded, LoRA-free batches
   after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times.
 """
@@ -43,6 +45,18 @@ def profile_cases(draw):
     case = draw(decode_cases(compile=False))
     return dataclasses.replace(case, switches=RunnerSwitches(profile=draw(st.sampled_from(["per_shape", "single"])),
                                                              log_graph_key=True))
+
+
+@st.composite
+def dp_gather_cases(draw):
+    case = draw(decode_cases(speculative=None))
+    return dataclasses.replace(case, switches=RunnerSwitches(dp_gather=True))
+
+
+@st.composite
+def dp_batches(draw, case, capture_bs: list[int]):
+    """`replay_batches` carrying the scheduler's DP-attention fields of one rank."""
+    return [dataclasses.replace(batch, dp_fields=True) for batch in draw(replay_batches(case, capture_bs))]
 
 
 @st.composite

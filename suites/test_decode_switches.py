@@ -13,7 +13,7 @@ from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
 from harness.record import example
 from strategies.capture import replay_batches
-from strategies.switches import glue_batches, glue_cases, profile_cases
+from strategies.switches import dp_batches, dp_gather_cases, glue_batches, glue_cases, profile_cases
 from suites.test_decode_capture import capture_and_check, device, layout  # noqa: F401 - fixtures
 
 
@@ -53,3 +53,13 @@ def test_metadata_glue_replays_match_eager(case, data, device, personality, layo
         run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
                      personality, layout, ex, lambda target, batches, _: check_glue_served(target, batches),
                      serve_graphs=GlueGraphs())
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=dp_gather_cases(), data=st.data())
+def test_dp_gathered_buffers_replay_matches_eager(case, data, device, personality, layout):
+    """`--moe-dense-tp-size 1`: the runner sizes the gathered DP buffers (global_num_tokens_gpu,
+    global_dp_buffer_len) for each graph; the model reads them against its rows, so a wrong or stale length shows."""
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        run_switched(case, lambda sizes: data.draw(dp_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda *_: None)

@@ -14,6 +14,9 @@ request `r = i // w`:
     h_i += 0.25 * (seq_lens_sum - sum(seq_lens))                       the backend's plan: the sum it was handed
                                                                        against the seq_lens it was handed (0 when
                                                                        they agree, padding included)
+    h_i += 0.0625 * ((sum(global_num_tokens_gpu) - n) + (global_dp_buffer_len - n))
+                           with DP-attention fields (`n` rows in the forward): the gathered buffers' lengths
+                           against the rows they gather (0 when they agree, padding included; 0 without them)
     h_i *= 2               when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
     h_i += scale_r * h_i   when LoRA is on and this graph is not the "nolora" variant; `scale_r` is the
                                                                        request's adapter scale (LORA_SCALES; 0 for a
@@ -130,6 +133,15 @@ class LoRAManagerDouble:
         pass
 
 
+def _dp_gap(forward_batch, rows: int):
+    """The DP-attention gathered lengths against the forward's rows (one rank: both equal them), 0 without them."""
+    tokens, length = getattr(forward_batch, "global_num_tokens_gpu", None), getattr(forward_batch,
+                                                                                    "global_dp_buffer_len", None)
+    if tokens is None or length is None:
+        return 0.0
+    return (tokens.sum() - rows).to(torch.float32) + float(length - rows)
+
+
 def _default_attn_backend(forward_batch):
     from sglang.srt.model_executor.forward_context import get_attn_backend
 
@@ -176,6 +188,7 @@ class DecodeModel(torch.nn.Module):
         h = 3.0 * input_ids.to(torch.float32) + 0.5 * positions.to(torch.float32) + 19.0
         h = h + per_request[request] + 0.125 * forward_batch.out_cache_loc[:n].to(torch.float32)
         h = h + 0.5 * metadata.visible_drafts[:n].to(torch.float32) + 0.25 * metadata.sum_gap.to(torch.float32)
+        h = h + 0.0625 * _dp_gap(forward_batch, n)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
         if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":

@@ -130,6 +130,7 @@ class DecodeBatch:
     out_cache_loc: Optional[list[int]] = None  # None: 0..tokens-1
     draft_visibility: Optional[list[list[list[bool]]]] = None  # TARGET_VERIFY: per request, draft rows x columns
     host_seq_lens: bool = True  # False: no CPU mirror of seq_lens (ForwardBatch.seq_lens_cpu None), as some workers
+    dp_fields: bool = False  # the scheduler's DP-attention fields of one rank (its tokens, the gathered length)
 
     @property
     def batch_size(self) -> int:
@@ -163,7 +164,14 @@ class DecodeBatch:
 
         seq_lens = tensor(self.seq_lens)
         verify = spec is not None  # a speculative target worker's batch: TARGET_VERIFY, or IDLE
-        return ForwardBatch(
+        tokens = len(self.input_ids)
+        dp = {} if not self.dp_fields else dict(
+            global_num_tokens_cpu=[tokens], global_num_tokens_gpu=torch.tensor([tokens], dtype=torch.int32,
+                                                                              device=device),
+            global_num_tokens_for_logprob_cpu=[tokens], global_num_tokens_for_logprob_gpu=torch.tensor(
+                [tokens], dtype=torch.int32, device=device), global_dp_buffer_len=tokens,
+            can_run_decode_cuda_graph=True)  # the scheduler's MLP sync agreed on a graph replay
+        return ForwardBatch(**dp,
             forward_mode=ForwardMode[self.forward_mode],
             batch_size=self.batch_size,
             input_ids=tensor(self.input_ids),

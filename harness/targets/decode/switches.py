@@ -1,7 +1,8 @@
 """The decode runner's switches a user sets beside the capture config, one drawn value of a case:
 `--enable-profile-cuda-graph` (with `SGLANG_GRAPH_BATCH_CAPTURE`: one trace per captured shape), the metadata
 glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with `SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW`), the replay log
-(`SGLANG_LOG_DECODE_GRAPH_KEY`), and the model's architecture (the NPU runner picks its seq-len update by it).
+(`SGLANG_LOG_DECODE_GRAPH_KEY`), the model's architecture (the NPU runner picks its seq-len update by it), and `--moe-dense-tp-size 1` (the
+gathered DP-attention buffers, on one rank).
 `environment()` sets them for one example; `missing()` names what the installed release lacks."""
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class RunnerSwitches:
     skip_glued_view: bool = False  # with metadata_glue
     log_graph_key: bool = False
     architecture: str = DEFAULT_ARCHITECTURE
+    dp_gather: bool = False  # --moe-dense-tp-size 1: the runner's gathered DP buffers (require_attn_tp_gather)
 
     def environment_variables(self) -> dict[str, str]:
         """The SGLang environment variables these switches set (each to "1")."""
