@@ -12,6 +12,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
   without the draft tokens, or with them for DECODE;
   DFLASH's backend list (`seq_lens_cpu_list`) ignored, or its draft block added again.
+- Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
+  requests.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ NPU_RUNNER = "srt/hardware_backend/npu/graph_runner/npu_graph_runner.py"
 PROFILED = f"{SWITCHES}::test_profiled_capture_writes_one_trace_per_shape"
 GLUED = f"{SWITCHES}::test_metadata_glue_replays_match_eager"
 NPU_REPLAY = f"{NPU}::test_npu_replay_matches_eager_and_updates_graph"
+DP_GATHER = f"{SWITCHES}::test_dp_gathered_buffers_replay_matches_eager"
 
 MUTANTS = {
     "memory_history_left_on": (PROFILED, [(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
@@ -92,6 +95,15 @@ MUTANTS = {
                                   "                    _attn = self._replay_attn_backend()\n",
                       "                if False:\n                    _attn = self._replay_attn_backend()\n")],
         "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
+    "dp_buffer_len_counts_ranks": (  # the gathered length as the number of ranks, not of their tokens
+        DP_GATHER, [(RUNNER, "            global_dp_buffer_len = sum(global_num_tokens_cpu)\n",
+                     "            global_dp_buffer_len = len(global_num_tokens_cpu)\n")],
+        "eager-equality", ["not bit-equal to eager"]),
+    "dp_tokens_in_requests": (  # attention-TP gather sized in requests, not tokens (wrong under TARGET_VERIFY)
+        DP_GATHER, [(RUNNER, "        if self.require_attn_tp_gather:\n            return [num_tokens]\n",
+                     "        if self.require_attn_tp_gather:\n"
+                     "            return [num_tokens // self.captured_req_width]\n")],
+        "eager-equality", ["not bit-equal to eager"]),
 }
 
 
