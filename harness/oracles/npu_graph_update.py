@@ -6,13 +6,15 @@
     (none at all for DeepSeek V4 (`NO_UPDATE_ARCHITECTURES`), whose graphs SGLang replays without an update)
     seq_lens = per request: seq_len (+ draft tokens per request under TARGET_VERIFY), then 0 for every padded
                request up to the replayed size (the smallest captured size >= the batch's requests); a DFLASH
-               verify takes the attention backend's list (`seq_lens_cpu_list`, the double's: padded rows at its
-               seq_len fill value + draft tokens)
+               verify, where the release reads it, takes the attention backend's list (`seq_lens_cpu_list`, the
+               double's: padded rows at its seq_len fill value + draft tokens)
 
 e.g. a TARGET_VERIFY batch of seq_lens [9, 4] with 3 draft tokens, replayed at size 4: [12, 7, 0, 0]. A stale or
 misnamed update leaves the NPU kernels reading the capture-time lengths, which the virtual device's graph (whose
 static buffers already hold the values) would not show in the outputs: this check does."""
 from __future__ import annotations
+
+import inspect
 
 from harness.oracles import OracleFailure
 from harness.oracles.patch_contract import expected_sizes
@@ -31,6 +33,12 @@ def graph_updates(target) -> dict | None:
     return None if graphs is None else {key: list(graph.updates) for key, graph in graphs.items()}
 
 
+def _takes_backend_list(target) -> bool:
+    """Whether the release's NPU runner updates a DFLASH verify from the backend's `seq_lens_cpu_list` (after
+    0.5.19; earlier ones recompute from the batch, padded rows 0), as `construction_patches` asks SGLang's source."""
+    return "seq_lens_cpu_list" in inspect.getsource(type(target.runner).execute)
+
+
 def expected_updates(target, batch) -> list[list[dict]]:
     """The updates one replay of `batch` must make: none for `NO_UPDATE_ARCHITECTURES`, else one."""
     case = target.case
@@ -39,7 +47,7 @@ def expected_updates(target, batch) -> list[list[dict]]:
     name = "actual_seq_kvlen" if case.switches.architecture in V2_SEQ_LEN_ARCHITECTURES else "actual_seq_lengths_kv"
     padded = min(s for s in expected_sizes(case)[0] if s >= batch.batch_size)
     extra = case.tokens_per_request if batch.forward_mode == "TARGET_VERIFY" else 0
-    dflash_list = extra and case.spec.algorithm == "DFLASH"  # the backend's list: padded rows at the fill value
+    dflash_list = extra and case.spec.algorithm == "DFLASH" and _takes_backend_list(target)
     pad = target.attn_backend.seq_len_fill_value + extra if dflash_list else 0
     return [[{name: [s + extra for s in batch.seq_lens] + [pad] * (padded - batch.batch_size)}]]
 
