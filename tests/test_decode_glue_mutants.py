@@ -11,7 +11,7 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   requests left out of the update; draft tokens not added for TARGET_VERIFY; the capture profile with no trace
   handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
   without the draft tokens, or with them for DECODE;
-  DFLASH's backend list (`seq_lens_cpu_list`) ignored, or its draft block added again.
+  DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again.
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
   requests.
 """
@@ -89,11 +89,6 @@ MUTANTS = {
     "npu_dflash_list_double_adds_drafts": (  # the draft block added again to the backend's list
         NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = list(_meta_list)\n",
                       "                    seq_lens = [s + self.captured_req_width for s in _meta_list]\n")],
-        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
-    "npu_dflash_list_ignored": (  # DFLASH recomputed from the live batch like the others
-        NPU_REPLAY, [(NPU_RUNNER, "                if self.model_runner.spec_algorithm.is_dflash():\n"
-                                  "                    _attn = self._replay_attn_backend()\n",
-                      "                if False:\n                    _attn = self._replay_attn_backend()\n")],
         "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
     "dp_buffer_len_counts_ranks": (  # the gathered length as the number of ranks, not of their tokens
         DP_GATHER, [(RUNNER, "            global_dp_buffer_len = sum(global_num_tokens_cpu)\n",
