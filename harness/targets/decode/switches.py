@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import shutil
 import tempfile
@@ -50,6 +51,11 @@ class RunnerSwitches:
         for name in self.environment_variables():
             if not hasattr(envs, name):
                 return f"SGLang {sglang_version()} has no environment switch {name} (sglang.srt.environ.envs)"
+        if self.metadata_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
+            from sglang.srt.model_executor.runner.metadata_glue_graph import MetadataGlueGraph
+
+            if "self.replays" not in inspect.getsource(MetadataGlueGraph.__init__):
+                return f"SGLang {sglang_version()} has no MetadataGlueGraph.replays: its glued replays are not counted"
         return None
 
     @contextlib.contextmanager
