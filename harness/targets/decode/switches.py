@@ -51,6 +51,11 @@ class RunnerSwitches:
         for name in self.environment_variables():
             if not hasattr(envs, name):
                 return f"SGLang {sglang_version()} has no environment switch {name} (sglang.srt.environ.envs)"
+        if self.dp_gather:  # the scheduler's MLP-sync verdict the batch carries (0.5.14 has none)
+            from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+            if "can_run_decode_cuda_graph" not in getattr(ForwardBatch, "__dataclass_fields__", {}):
+                return f"SGLang {sglang_version()} has no ForwardBatch.can_run_decode_cuda_graph: no DP fields driven"
         if self.metadata_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
             from sglang.srt.model_executor.runner.metadata_glue_graph import MetadataGlueGraph
 
