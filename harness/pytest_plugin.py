@@ -244,9 +244,10 @@ def personality(pytestconfig) -> str:
     return pytestconfig.getoption(PERSONALITY)
 
 
-def replay_command(run: Run, nodeid: str, blob: Optional[str]) -> str:
+def replay_command(run: Run, nodeid: str, blob: Optional[str], personality: Optional[str] = None) -> str:
+    """`personality`: the one the test ran under where its suite fixes it (default: the run's)."""
     ctx = run.context
-    words = ["python", "-m", "pytest", nodeid, DEVICE, ctx["device"], PERSONALITY, ctx["personality"],
+    words = ["python", "-m", "pytest", nodeid, DEVICE, ctx["device"], PERSONALITY, personality or ctx["personality"],
              PROFILE, ctx["profile"], REPORT_DIR, str(run.report_dir), "--hypothesis-seed", str(ctx["seed"])]
     if blob:
         words += [REPLAY_BLOB, blob]
@@ -300,11 +301,12 @@ def _record_failure(item, call, report) -> None:
     decorator = run.reproductions.pop(item.nodeid, None)
     blob = _blob(decorator) if decorator else item.config.getoption(REPLAY_BLOB)
     text = report.longreprtext
+    personality = item.funcargs.get("personality", run.context["personality"])  # a suite may fix its own
     failure = {
-        "test": item.nodeid, "replay": replay_command(run, item.nodeid, blob), "reproduce_failure": decorator,
-        "oracle": failed.get("oracle", "crash"),
+        "test": item.nodeid, "replay": replay_command(run, item.nodeid, blob, personality),
+        "reproduce_failure": decorator, "oracle": failed.get("oracle", "crash"),
         "diagnosis": failed.get("diagnosis", (text.strip().splitlines() or [""])[-1]),
-        "drawn": failed.get("drawn"), "details": failed.get("details"), **run.context,
+        "drawn": failed.get("drawn"), "details": failed.get("details"), **run.context, "personality": personality,
     }
     properties = {"oracle": failure["oracle"], "drawn": json.dumps(failure["drawn"]), "replay": failure["replay"],
                   "seed": failure["seed"], "sglang": failure["sglang"], "torch": failure["torch"]}
@@ -339,7 +341,8 @@ def record_crash(run: Run, nodeid: str, worker: str, report) -> None:
            **run.context}
     row.pop("started", None)
     record.write_to(run.report_dir / "examples.jsonl", row)
-    failure = {"test": nodeid, "replay": replay_command(run, nodeid, None), "oracle": oracle,
+    failure = {"test": nodeid, "replay": replay_command(run, nodeid, None, (drawn or {}).get("personality")),
+               "oracle": oracle,
                "diagnosis": diagnosis, "drawn": drawn, "details": {"stacks": stacks}, **run.context}
     record.write_to(run.report_dir / "failures.jsonl", failure)
     report.sections.append(("harness: the example in flight", json.dumps(drawn)))

@@ -178,6 +178,8 @@ def example(suite: str, **drawn):
         if record:
             record.update(notes=jsonable(ex.notes), seconds=round(time.perf_counter() - started, 4),
                           final=_is_final_run(), ts=time.time(), **_sink.context)
+            if "personality" in drawn:  # the one the example ran under (a suite may fix it, whatever the run's)
+                record["personality"] = drawn["personality"]
             write(record)
 
 

@@ -55,7 +55,8 @@ SUITES: tuple[Suite, ...] = (
     ),
     Suite(
         name="decode_capture",
-        paths=("suites/test_decode_capture.py", "suites/regressions/test_decode_patch_model_override.py"),
+        paths=("suites/test_decode_capture.py", "suites/regressions/test_decode_patch_model_override.py",
+               "suites/test_decode_npu.py", "suites/test_decode_switches.py"),
         target="decode",
         records={"decode_capture": Picture("batch size", "forward mode", note="replayed"),
                  "decode_capture_inductor": None, "decode_capture_regression": None,
@@ -66,13 +67,16 @@ SUITES: tuple[Suite, ...] = (
                  "decode_draft_verify": Picture("batch size", "forward mode", note="replayed"),
                  "decode_dllm": Picture("batch size", "forward mode", note="replayed"),
                  "decode_ragged_refusal": None, "decode_draft_refusal": None, "decode_dllm_refusal": None,
-                 "decode_findings": None},
+                 "decode_findings": None,
+                 "decode_npu": Picture("batch size", "forward mode", note="replayed"),
+                 "decode_switches": Picture("batch size", "forward mode", note="replayed")},
         coverage=("srt/model_executor/runner/decode_cuda_graph_runner.py",
                   "srt/model_executor/runner/base_cuda_graph_runner.py",
                   "srt/model_executor/runner_backend/full_cuda_graph_backend.py",
                   "srt/compilation/torch_compile_decoration.py",
                   "srt/speculative/ragged_verify.py"),
-        # Reached only with --personality npu: SGLang's own NPU runner and backend on the virtual device.
+        # Reached only under the NPU personality (suites/test_decode_npu.py in every run, or --personality npu):
+        # SGLang's own NPU runner and backend on the virtual device.
         personality_coverage={"npu": ("srt/hardware_backend/npu/graph_runner/npu_graph_runner.py",
                                       "srt/hardware_backend/npu/graph_runner/npu_cudagraph_backend.py")},
     ),

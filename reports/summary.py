@@ -28,15 +28,14 @@ def load(report_dir: Path, name: str, run_id: str | None = None) -> list[dict]:
 def ran_suites_coverage(coverage: list[dict], examples: list[dict]) -> list[dict]:
     """Coverage rows of the suites that ran examples (importing SGLang alone marks module-level lines run);
     a personality's row (the NPU runner's) only when that personality ran."""
-    ran = {row["suite"] for row in examples}
-    personality = examples[0].get("personality") if examples else None
+    ran = {(row["suite"], row.get("personality")) for row in examples}
     rows = coverage_rows()
 
     def shown(row):
         if row["suite"] not in rows:
             return False
         suite, needs, _ = rows[row["suite"]]
-        return bool(ran & suite.records.keys()) and needs in (None, personality)
+        return any(name in suite.records and needs in (None, personality) for name, personality in ran)
     return [row for row in coverage if shown(row)]
 
 

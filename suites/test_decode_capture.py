@@ -67,9 +67,12 @@ def capture_mode_for(case) -> str:
     return "rerun" if case.enable_torch_compile and not case.record_nolora_graph else "record"
 
 
-def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=None) -> None:
+def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=None, checked=None,
+                      serve_graphs=None):
     """Capture `case` through the real runner, replay `batches_for(captured sizes)`, and run every oracle;
-    `kinds(count)`: how each replay reaches the runner (`planned.KINDS`), default unplanned."""
+    `kinds(count)`: how each replay reaches the runner (`planned.KINDS`), default unplanned; `checked(target,
+    replay)`: the replay with a further check around it; `serve_graphs`: as `check_replays_match_eager`.
+    Returns the target."""
     hooks = HookRecorder()
     mode = capture_mode_for(case)
     device.reset()
@@ -97,11 +100,14 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
             drawn_kinds, replays = kinds(2 * len(batches)), PlannedReplays(target)
             ex.note("kinds", drawn_kinds)
             replay = lambda batch, step: replays.replay(batch, drawn_kinds[step])  # noqa: E731
+        if checked is not None:
+            replay = checked(target, replay or (lambda batch, step: (target.replay(batch), batch)))
         check_replays_match_eager(target, batches, exact=case.compile_backend == "eager",
-                                  count_replays=device.counts_graphs, replay=replay)
+                                  count_replays=device.counts_graphs, replay=replay, serve_graphs=serve_graphs)
         if kinds is not None:
             ex.note("kinds_taken", replays.taken)
         watcher.check("a replay compiled a frame")
+    return target
 
 
 @suite_settings(gate_examples=30, shrink_in_gate=False)

@@ -85,7 +85,10 @@ def test_prefill_suite_matches_bug2_history(version, tmp_path):
 # The prefill suite found a second, unrelated bug on main at 70c71ba1: with torch 2.11 (main since 2026-05-02,
 # PR #21247) Inductor reads `shape_env.var_to_hint_override`, which SGLang's AlwaysHitShapeEnv lacked until
 # 4ed698a4 (2026-06-15, PR #27343), so the piecewise graph with Inductor pieces cannot compile. 70c71ba1 must fail
-# with that crash alone (none of bug 1's diagnoses); 4ed698a4, with both fixes, must pass.
+# with that crash (none of bug 1's diagnoses); 4ed698a4, with both fixes, must pass. A third real bug of 70c71ba1,
+# found by the NPU suite's `npu-graph-update` oracle: its NPUGraphRunner.execute rebinds the KV lengths of the v2
+# architectures (MiMoV2) under the v1 name `actual_seq_lengths_kv` (fixed by 4ed698a4, which calls
+# `_get_update_attr_name()`), so where the gate draws such a case it fails there too, with that diagnosis.
 BUG1_DIAGNOSES = ("[hook-contract] during capture `patch_model_npu` ran 0 time(s)",
                   "torch_compile_decoration.patch_model is rebound at")
 BUG1_TREES = {"2495c02c": "bug 1", "70c71ba1": "AlwaysHitShapeEnv only", "4ed698a4": "pass"}
@@ -107,8 +110,12 @@ def test_gate_matches_bug1_history(commit, tmp_path):
         assert all(d in run.stdout for d in BUG1_DIAGNOSES), run.stdout[-4000:]
         return
     assert not any(d in run.stdout for d in BUG1_DIAGNOSES), run.stdout[-4000:]
-    assert {f["test"].split("::")[-1] for f in failures} == {"test_piecewise_inductor_pieces"}, failures
-    assert all("has no attribute 'var_to_hint_override'" in f["diagnosis"] for f in failures), failures
+    by_test = {f["test"].split("::")[-1]: f for f in failures}
+    assert "test_piecewise_inductor_pieces" in by_test and set(by_test) <= {
+        "test_piecewise_inductor_pieces", "test_npu_replay_matches_eager_and_updates_graph"}, failures
+    assert "has no attribute 'var_to_hint_override'" in by_test["test_piecewise_inductor_pieces"]["diagnosis"]
+    npu = by_test.get("test_npu_replay_matches_eager_and_updates_graph")
+    assert npu is None or (npu["oracle"] == "npu-graph-update" and "'actual_seq_kvlen'" in npu["diagnosis"]), npu
 
 
 DECODE_SUITE = "suites/test_decode_capture.py"

@@ -69,6 +69,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.counter import counter
 import harness.devices.legality as legality
+import harness.devices.memory_history as memory_history
 import harness.devices.stream_order as stream_order
 import harness.devices.streams as streams
 
@@ -101,6 +102,7 @@ _pool_ids = itertools.count(1)
 
 def reset_log() -> None:
     CAPTURES.clear()
+    memory_history.reset()
 
 
 @contextlib.contextmanager
@@ -460,6 +462,7 @@ def install() -> Iterator[pytest.MonkeyPatch]:
             patches.setattr(torch.cpu, name, value, raising=False)
             patches.setattr(torch.cuda, name, _own_copy(value))  # Dynamo keys handlers by function: one each
         legality.install_generator_rules(patches)
+        memory_history.install(patches, is_current_stream_capturing)
         patches.setattr(torch, "get_device_module", _wrap_get_device_module(torch.get_device_module))
         for name in WEAK_REF_MODULES:
             patches.setitem(sys.modules, name, _weak_ref_module(name))

@@ -32,6 +32,10 @@ request `r = i // w`:
                                                                        input_embeds[i] = state[i] + 0.5 * input_ids[i]
                                                                        (`prepare_dllm_input_embeds`, from the batch's
                                                                        `dllm_input_preparation_state`)
+    h_i += 0.0625 * ((sum(global_num_tokens_gpu) - n)                 with DP-attention fields (`n` rows in the
+                     + (global_dp_buffer_len - n))                     forward): the gathered buffers' lengths
+                                                                       against the rows they gather (0 when they
+                                                                       agree, padding included; 0 without them)
     h_i *= 2               when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
     h_i += scale_r * h_i   when LoRA is on and this graph is not the "nolora" variant; `scale_r` is the
                                                                        request's adapter scale (LORA_SCALES; 0 for a
@@ -171,6 +175,15 @@ class LoRAManagerDouble:
         pass
 
 
+def _dp_gap(forward_batch, rows: int):
+    """The DP-attention gathered lengths against the forward's rows (one rank: both equal them), 0 without them."""
+    tokens, length = getattr(forward_batch, "global_num_tokens_gpu", None), getattr(forward_batch,
+                                                                                    "global_dp_buffer_len", None)
+    if tokens is None or length is None:
+        return 0.0
+    return (tokens.sum() - rows).to(torch.float32) + float(length - rows)
+
+
 def _default_attn_backend(forward_batch):
     from sglang.srt.model_executor.forward_context import get_attn_backend
 
@@ -231,6 +244,7 @@ class DecodeModel(torch.nn.Module):
             embeds = self.prepare_dllm_input_embeds(input_ids, state)
         if embeds is not None:
             h = h + 0.25 * embeds[:n].to(torch.float32).sum(-1)
+        h = h + 0.0625 * _dp_gap(forward_batch, n)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
         if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":

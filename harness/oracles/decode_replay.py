@@ -111,10 +111,12 @@ def check_padding_promises(target, batch, index: int) -> None:
 
 
 def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool,
-                              replay: Optional[Callable] = None) -> None:
+                              replay: Optional[Callable] = None, serve_graphs: Optional[Callable] = None) -> None:
     """`count_replays` (a device the counter sees): each replay must also have replayed exactly one graph.
     `replay(batch, step)`: how each batch reaches the runner, returning (output, the batch whose closed form the
-    output must equal); default `target.replay` and the batch itself."""
+    output must equal); default `target.replay` and the batch itself. `serve_graphs(batch)`: the graphs the case
+    implies SGLang creates and replays at serve time beside the captured one (the metadata glue graph's), as a
+    `replay_delta`, taken off before the count is checked."""
     replay = replay or (lambda batch, step: (target.replay(batch), batch))
     for index, drawn in enumerate(batches):
         for which, batch in (("drawn", drawn), ("shifted", shifted(drawn))):
@@ -131,10 +133,14 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
             mark = counter.mark()
             output, batch = replay(batch, 2 * index + (which == "shifted"))
             delta = replay_delta(counter.since(mark))
+            extra = serve_graphs(batch) if serve_graphs is not None else {}
+            delta = {key: value - extra.get(key, 0) for key, value in delta.items()}
             if count_replays:  # one graph per size and variant: a replay replays exactly one (checked first: the
                 # most specific diagnosis of a skipped or doubled launch)
+                beside = f"; counted beside the serve-time graphs the case implies, {extra}" if any(extra.values()) \
+                    else ""
                 check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
-                                                      f"{batch.forward_mode} request(s)")
+                                                      f"{batch.forward_mode} request(s){beside}")
             real = getattr(batch, "real_tokens", None)  # ragged verify: rows past the batch's tokens are the tier's
             returned = target.returned_logits(output, batch) if hasattr(target, "returned_logits") else \
                 output.next_token_logits  # a dLLM target: full_logits, held to its contract

@@ -9,7 +9,8 @@ kernel really called here fails loudly, never a silent fake. Two scopes, one set
 - `install_on_virtual_device(patches)`: the npu personality of the cpu virtual device (`get_device("cpu")
   .install("npu")`), added to the device's patch set. On top of the above: `torch.npu`'s graph primitives are the
   virtual device's (`NPUGraph` is `VirtualGraph`), its streams, events and `synchronize` are `torch.cpu`'s;
-  `torch_npu` (with `profiler`, `_C`) is provided; and SGLang's platform object (0.5.14+) answers as an
+  `torch_npu` (with `_C`, and `profiler` on torch's own profiler, also bound in SGLang's NPU runner module as an
+  NPU import would have bound it) is provided; and SGLang's platform object (0.5.14+) answers as an
   out-of-tree platform whose full-graph backend is SGLang's own `NPUCudaGraphBackend` (the decode backend SGLang
   picks on an NPU; `resolve_decode_backend` picks it by `model_runner.device == "npu"`, which a CPU tensor
   device cannot be, so the platform's hook is the plug point) and whose compile backend is `npugraph_ex_backend`.
@@ -143,6 +144,25 @@ def ascend_standins() -> Iterator[None]:
         yield
 
 
+def _npu_profiler_on_torch_profiler(module: types.ModuleType) -> None:
+    """`torch_npu.profiler` as torch's own profiler on the CPU: `profile` drops the NPU activity and the
+    experimental config (Ascend's export options), `tensorboard_trace_handler` is torch's (one trace file per
+    profiling pass, in the folder named); its config enums are plain names."""
+
+    def profile(*, activities=(), experimental_config=None, **kwargs):
+        return torch.profiler.profile(activities=[a for a in activities if a != "NPU"], **kwargs)
+
+    def tensorboard_trace_handler(dir_name, worker_name=None, async_mode=False):
+        return torch.profiler.tensorboard_trace_handler(dir_name, worker_name)
+
+    module.profile = profile
+    module.tensorboard_trace_handler = tensorboard_trace_handler
+    module.ProfilerActivity = types.SimpleNamespace(CPU=torch.profiler.ProfilerActivity.CPU, NPU="NPU")
+    module._ExperimentalConfig = lambda **options: types.SimpleNamespace(**options)
+    module.ExportType = types.SimpleNamespace(Text="Text", Db="Db")
+    module.ProfilerLevel = types.SimpleNamespace(Level0="Level0", Level1="Level1", Level2="Level2")
+
+
 def install_on_virtual_device(patches: pytest.MonkeyPatch) -> None:
     """Add the npu personality to the cpu virtual device's patch set (`harness.devices.cpu.install()` yields it).
 
@@ -159,7 +179,13 @@ def install_on_virtual_device(patches: pytest.MonkeyPatch) -> None:
         setattr(torch_npu, sub, module)
         patches.setitem(sys.modules, f"torch_npu.{sub}", module)
     torch_npu._C._weak_ref_tensor = weak_ref_tensor
+    _npu_profiler_on_torch_profiler(torch_npu.profiler)
     patches.setitem(sys.modules, "torch_npu", torch_npu)
+    runner = sys.modules.get(NPU_MODULES[0])
+    if runner is not None:  # the names it binds at import only on an NPU (`if is_npu: import torch_npu ...`)
+        for name, value in (("torch_npu", torch_npu), ("profile", torch_npu.profiler.profile),
+                            ("ProfilerActivity", torch_npu.profiler.ProfilerActivity)):
+            patches.setattr(runner, name, value, raising=False)
 
     if not (module_exists("sglang.srt.platforms") and module_exists(NPU_FULL_GRAPH_BACKEND_MODULE)):
         return  # up to 0.5.13: no platform object nor full-graph backend; the NPU runner is chosen by class

@@ -16,6 +16,7 @@ from unittest import mock
 import torch
 
 from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble, visible_draft_counts
+from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
 from harness.targets.sglang_plumbing import ensure_tp_group, load
 
 
@@ -118,6 +119,7 @@ class DecodeCase:
     disable_padding: bool = False  # --disable-cuda-graph-padding: only captured sizes replay
     default_max_bs: Optional[int] = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
     dllm: Optional[DllmSettings] = None  # a diffusion LLM's DLLM_EXTEND graphs (`decode/dllm.py`)
+    switches: RunnerSwitches = RunnerSwitches()  # profiling, metadata glue, replay log, architecture
 
     @property
     def tokens_per_request(self) -> int:
@@ -143,6 +145,8 @@ class DecodeBatch:
     req_pool_indices: Optional[list[int]] = None  # None: 0..bs-1
     out_cache_loc: Optional[list[int]] = None  # None: 0..tokens-1
     draft_visibility: Optional[list[list[list[bool]]]] = None  # TARGET_VERIFY: per request, draft rows x columns
+    host_seq_lens: bool = True  # False: no CPU mirror of seq_lens (ForwardBatch.seq_lens_cpu None), as some workers
+    dp_fields: bool = False  # the scheduler's DP-attention fields of one rank (its tokens, the gathered length)
 
     @property
     def batch_size(self) -> int:
@@ -176,13 +180,20 @@ class DecodeBatch:
 
         seq_lens = tensor(self.seq_lens)
         verify = spec is not None  # a speculative target worker's batch: TARGET_VERIFY, or IDLE
-        return ForwardBatch(
+        tokens = len(self.input_ids)
+        dp = {} if not self.dp_fields else dict(
+            global_num_tokens_cpu=[tokens], global_num_tokens_gpu=torch.tensor([tokens], dtype=torch.int32,
+                                                                              device=device),
+            global_num_tokens_for_logprob_cpu=[tokens], global_num_tokens_for_logprob_gpu=torch.tensor(
+                [tokens], dtype=torch.int32, device=device), global_dp_buffer_len=tokens,
+            can_run_decode_cuda_graph=True)  # the scheduler's MLP sync agreed on a graph replay
+        return ForwardBatch(**dp,
             forward_mode=ForwardMode[self.forward_mode],
             batch_size=self.batch_size,
             input_ids=tensor(self.input_ids),
             req_pool_indices=tensor(self.pool_rows),
             seq_lens=seq_lens,
-            seq_lens_cpu=seq_lens.cpu(),
+            seq_lens_cpu=seq_lens.cpu() if self.host_seq_lens else None,
             out_cache_loc=tensor(self.cache_slots),
             seq_lens_sum=int(sum(self.seq_lens)),
             positions=tensor(self.positions),
@@ -294,6 +305,10 @@ def make_attention_backend_class():
                 self.forward_metadata = SimpleNamespace(seq_lens=self.graph.seq_lens[:bs],
                                                         visible_drafts=self.graph.visible_drafts,
                                                         sum_gap=self.graph.sum_gap)
+                if type(spec_info).__name__ == "DFlashVerifyInput":  # the KV lengths with the draft block, per
+                    # row of the static batch (padded rows: the fill value), which SGLang's NPU runner hands to
+                    # the graph update as they are (a DFlash backend's `seq_lens_cpu_list`)
+                    self.forward_metadata.seq_lens_cpu_list = (seq_lens + width).tolist()
             else:
                 self.forward_metadata = SimpleNamespace(seq_lens=seq_lens.clone(), visible_drafts=visible.to(
                     self.device), sum_gap=gap.to(self.device))
@@ -331,13 +346,14 @@ class _KvIndexTranslator:
 
 def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_running_requests: int,
                       server_args: Any, lora_manager: Optional[LoRAManagerDouble],
-                      spec: Optional[SpecSettings] = None) -> SimpleNamespace:
+                      spec: Optional[SpecSettings] = None,
+                      architecture: str = DEFAULT_ARCHITECTURE) -> SimpleNamespace:
     """The attributes of SGLang's ModelRunner that the decode runners (and NPU subclasses) of every layout read;
     `spec`: a speculative target worker's."""
     from sglang.srt.distributed import parallel_state
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    hf_config = SimpleNamespace(architectures=["HarnessDecodeModel"], max_source_positions=0)
+    hf_config = SimpleNamespace(architectures=[architecture], max_source_positions=0)
     model_config = SimpleNamespace(
         is_encoder_decoder=False, hidden_size=HIDDEN, vocab_size=VOCAB, dtype=torch.float32,
         hf_config=hf_config, hf_text_config=hf_config, attention_arch=None, context_len=4096,
@@ -422,7 +438,7 @@ class DecodeTarget:
         self.server_args = self.publish_config(case, device)
         ensure_tp_group()
         self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = shared_parts(
-            case.lora, device, self.attention_backend_class)
+            case.lora, device, self.attention_backend_for(case))
         self.model_runner = self.make_model_runner(case, device)
         self.decoration = load(layout.decoration_module)
         self.runner_class = self._runner_class()
@@ -437,6 +453,10 @@ class DecodeTarget:
 
     # -- what a layout provides --------------------------------------------------------------------------------
     attention_backend_class = staticmethod(make_attention_backend_class)
+
+    def attention_backend_for(self, case: DecodeCase) -> Callable:
+        """The attention double's class factory for `case` (a layout may pick another for a switch)."""
+        return self.attention_backend_class
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         raise NotImplementedError
@@ -465,7 +485,8 @@ class DecodeTarget:
     def make_model_runner(self, case: DecodeCase, device: str) -> SimpleNamespace:
         return make_model_runner(
             self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
-            server_args=self.server_args, lora_manager=self.lora_manager, spec=case.spec)
+            server_args=self.server_args, lora_manager=self.lora_manager, spec=case.spec,
+            architecture=case.switches.architecture)
 
     def construction_patches(self) -> contextlib.AbstractContextManager:
         """What the layout changes while SGLang's constructor runs (and only then)."""

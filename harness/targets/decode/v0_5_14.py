@@ -10,6 +10,7 @@ from unittest import mock
 
 from harness.errors import PathMissing
 from harness.targets.decode.base import DecodeCase, DecodeTarget, Layout
+from harness.targets.decode.glue import make_glue_attention_backend_class
 from harness.targets.sglang_plumbing import (
     can_publish_config, forward_context, forward_context_takes_batch, load, publish_server_args,
 )
@@ -38,7 +39,12 @@ class Target(DecodeTarget):
             cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="full", bs=list(case.capture_bs))),
             enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
             max_running_requests=case.max_running_requests, disable_cuda_graph_padding=case.disable_padding,
-            **speculative_args(case))
+            enable_profile_cuda_graph=case.switches.profile is not None, **speculative_args(case),
+            **({"moe_dense_tp_size": 1} if case.switches.dp_gather else {}))
+
+    def attention_backend_for(self, case: DecodeCase):
+        """With the metadata glue graph, a double whose prep the glue can capture (`glue.py`)."""
+        return make_glue_attention_backend_class if case.switches.metadata_glue else self.attention_backend_class
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         server_args = self.server_args(case, device)

@@ -1,0 +1,35 @@
+"""An attention backend double SGLang's metadata glue graph may capture (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`).
+
+The glue graph records the device ops of `init_forward_metadata_out_graph` once per replay key and replays them,
+re-installing the `forward_metadata` objects it saw at capture; it is only right for a backend whose prep is
+pointer-stable device work (SGLang's contract, `metadata_glue_graph.py`). The suite's own double reads host
+values (the verify mask, `seq_lens_sum`), which a capture refuses, so glue cases use this one: on the runner's
+replay view it copies the view's seq_lens (the runner's static buffer) into its own metadata buffer by device ops
+only, and publishes views of that buffer. The model reads those seq_lens, so a glue replay that was skipped,
+replayed the wrong key, or re-installed stale metadata gives a wrong output. (No speculative glue cases: the verify
+mask's per-row counts are host work.)"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from harness.targets.decode.base import make_attention_backend_class
+
+
+def make_glue_attention_backend_class():
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    class GlueableAttentionDouble(make_attention_backend_class()):
+        def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+            spec_info = getattr(forward_batch, "spec_info", None)
+            if self.graph is None or isinstance(forward_batch, ForwardBatch) or spec_info is not None:
+                return super().init_forward_metadata_out_graph(forward_batch, in_capture)
+            self.metadata_inits += 1
+            bs = forward_batch.seq_lens.shape[0]
+            self.graph.seq_lens[:bs].copy_(forward_batch.seq_lens)
+            self.graph.visible_drafts.zero_()
+            self.graph.sum_gap.zero_()
+            self.forward_metadata = SimpleNamespace(seq_lens=self.graph.seq_lens[:bs],
+                                                    visible_drafts=self.graph.visible_drafts,
+                                                    sum_gap=self.graph.sum_gap)
+
+    return GlueableAttentionDouble

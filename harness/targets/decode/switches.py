@@ -1,0 +1,83 @@
+"""The decode runner's switches a user sets beside the capture config, one drawn value of a case:
+`--enable-profile-cuda-graph` (with `SGLANG_GRAPH_BATCH_CAPTURE`: one trace per captured shape), the metadata
+glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with `SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW`), the replay log
+(`SGLANG_LOG_DECODE_GRAPH_KEY`), the model's architecture (the NPU runner picks its seq-len update by it), and `--moe-dense-tp-size 1` (the
+gathered DP-attention buffers, on one rank).
+`environment()` sets them for one example; `missing()` names what the installed release lacks."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import os
+import shutil
+import tempfile
+from typing import Iterator, Optional
+
+from unittest import mock
+
+PROFILE_MODES = (None, "single", "per_shape")  # per_shape: SGLANG_GRAPH_BATCH_CAPTURE
+DEFAULT_ARCHITECTURE = "HarnessDecodeModel"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerSwitches:
+    profile: Optional[str] = None  # PROFILE_MODES
+    metadata_glue: bool = False
+    skip_glued_view: bool = False  # with metadata_glue
+    log_graph_key: bool = False
+    architecture: str = DEFAULT_ARCHITECTURE
+    dp_gather: bool = False  # --moe-dense-tp-size 1: the runner's gathered DP buffers (require_attn_tp_gather)
+
+    def environment_variables(self) -> dict[str, str]:
+        """The SGLang environment variables these switches set (each to "1")."""
+        names = [("SGLANG_GRAPH_BATCH_CAPTURE", self.profile == "per_shape"),
+                 ("SGLANG_ENABLE_METADATA_GLUE_GRAPH", self.metadata_glue),
+                 ("SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW", self.metadata_glue and self.skip_glued_view),
+                 ("SGLANG_LOG_DECODE_GRAPH_KEY", self.log_graph_key)]
+        return {name: "1" for name, on in names if on}
+
+    def missing(self, runner_module: str) -> Optional[str]:
+        """Why the installed release cannot run these switches (naming the release and the missing name), or None."""
+        from harness.versions import module_exists, sglang_version
+
+        if self == RunnerSwitches():
+            return None
+        if not module_exists(runner_module) or not runner_module.endswith("decode_cuda_graph_runner"):
+            return (f"SGLang {sglang_version()} has no sglang.srt.model_executor.runner.decode_cuda_graph_runner: "
+                    "its runner switches are not driven")
+        from sglang.srt.environ import envs
+
+        for name in self.environment_variables():
+            if not hasattr(envs, name):
+                return f"SGLang {sglang_version()} has no environment switch {name} (sglang.srt.environ.envs)"
+        if self.dp_gather:  # the scheduler's MLP-sync verdict the batch carries (0.5.14 has none)
+            from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+            if "can_run_decode_cuda_graph" not in getattr(ForwardBatch, "__dataclass_fields__", {}):
+                return f"SGLang {sglang_version()} has no ForwardBatch.can_run_decode_cuda_graph: no DP fields driven"
+        if self.metadata_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
+            from sglang.srt.model_executor.runner.metadata_glue_graph import MetadataGlueGraph
+
+            if "self.replays" not in inspect.getsource(MetadataGlueGraph.__init__):
+                return f"SGLang {sglang_version()} has no MetadataGlueGraph.replays: its glued replays are not counted"
+        return None
+
+    @contextlib.contextmanager
+    def environment(self) -> Iterator[Optional[str]]:
+        """The switches' environment for the block; yields the profiler directory (`SGLANG_TORCH_PROFILER_DIR`,
+        fresh and removed after) when profiling, else None. Variables the switches leave off are unset."""
+        off = {name: None for name in RunnerSwitches(profile="per_shape", metadata_glue=True, skip_glued_view=True,
+                                                     log_graph_key=True).environment_variables()}
+        values = {**off, **self.environment_variables(), "SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE": None}
+        folder = tempfile.mkdtemp(prefix="harness-profile-") if self.profile else None
+        if folder:
+            values["SGLANG_TORCH_PROFILER_DIR"] = folder
+        try:
+            with mock.patch.dict(os.environ, {k: v for k, v in values.items() if v is not None}):
+                for name in [k for k, v in values.items() if v is None]:
+                    os.environ.pop(name, None)
+                yield folder
+        finally:
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)

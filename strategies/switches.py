@@ -1,0 +1,75 @@
+"""Hypothesis strategies for the decode runner's switches (`harness.targets.decode.switches.RunnerSwitches`).
+
+- `npu_cases()` with `npu_batches()`: decode cases for SGLang's NPU runner: speculative or not, the model's
+  architecture (one the NPU runner updates KV lengths the v2 way, the v1 way, or not at all: DeepSeek V4),
+  capture profiling now and then; batches with or without the host mirror of seq_lens.
+- `profile_cases()`: `--enable-profile-cuda-graph`, one trace per shape (`SGLANG_GRAPH_BATCH_CAPTURE`) or one pass,
+  with the replay log on (its padded replays name the padded size).
+- `dp_gather_cases()` with `dp_batches()`: `--moe-dense-tp-size 1` (the gathered DP buffers on one rank), batches
+  with the scheduler's DP fields.
+- `glue_cases()` with `glue_batches()`: the metadata glue graph, which only serves unpadded, LoRA-free batches
+  after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from harness.oracles.npu_graph_update import NO_UPDATE_ARCHITECTURES, V2_SEQ_LEN_ARCHITECTURES
+from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
+from strategies.capture import decode_batch, decode_cases, replay_batches
+
+
+@st.composite
+def npu_cases(draw):
+    case = draw(decode_cases(speculative=None))
+    switches = RunnerSwitches(  # the v2 architectures every release with the v2 update knows (Step3p5ForCausalLM
+        # joined the list on main in June 2026: absent at 70c71ba1)
+        architecture=draw(st.sampled_from([DEFAULT_ARCHITECTURE, DEFAULT_ARCHITECTURE,
+                                           *V2_SEQ_LEN_ARCHITECTURES[:2], *NO_UPDATE_ARCHITECTURES,
+                                           "DeepseekV3ForCausalLM"])),
+        profile=draw(st.sampled_from([None, "single"])))
+    return dataclasses.replace(case, switches=switches)
+
+
+@st.composite
+def npu_batches(draw, case, capture_bs: list[int]):
+    """`replay_batches`, a third without the host mirror of seq_lens (the NPU runner then reads the device lengths)."""
+    return [dataclasses.replace(batch, host_seq_lens=draw(st.sampled_from([True, True, False])))
+            for batch in draw(replay_batches(case, capture_bs))]
+
+
+@st.composite
+def profile_cases(draw):
+    case = draw(decode_cases(compile=False))
+    return dataclasses.replace(case, switches=RunnerSwitches(profile=draw(st.sampled_from(["per_shape", "single"])),
+                                                             log_graph_key=True))
+
+
+@st.composite
+def dp_gather_cases(draw):
+    case = draw(decode_cases(speculative=None))
+    return dataclasses.replace(case, switches=RunnerSwitches(dp_gather=True))
+
+
+@st.composite
+def dp_batches(draw, case, capture_bs: list[int]):
+    """`replay_batches` carrying the scheduler's DP-attention fields of one rank."""
+    return [dataclasses.replace(batch, dp_fields=True) for batch in draw(replay_batches(case, capture_bs))]
+
+
+@st.composite
+def glue_cases(draw):
+    case = draw(decode_cases(lora=False))
+    return dataclasses.replace(case, switches=RunnerSwitches(metadata_glue=True, skip_glued_view=draw(st.booleans()),
+                                                             log_graph_key=draw(st.booleans())))
+
+
+@st.composite
+def glue_batches(draw, case, capture_bs: list[int]):
+    """Two captured sizes at most, interleaved, each drawn 2 or 3 times (with the suite's shifted replay, 4 to 6
+    replays per key: past the glue's two warm-ups and its capture, into glued replays)."""
+    sizes = draw(st.lists(st.sampled_from(sorted(capture_bs)), min_size=1, max_size=2, unique=True))
+    order = draw(st.permutations([s for s in sizes for _ in range(draw(st.integers(2, 3)))]))
+    return [draw(decode_batch(size, lora=False, pool=case.max_running_requests)) for size in order]

@@ -1,0 +1,66 @@
+"""The decode suite under the NPU personality, whatever the run's `--personality`: a few examples of SGLang's own
+`NPUGraphRunner` (capture through `NPUCudaGraphBackend`, `NPUGraphRunner.execute`, its graph updates, its capture
+profiling through the `torch_npu.profiler` stand-in) on the virtual device, so one campaign measures both runners
+(the `decode_capture_npu` coverage row). Replay commands name `--personality npu`."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from harness.oracles.capture_profile import check_capture_profile
+from harness.oracles.npu_graph_update import check_npu_graph_update, graph_updates
+from harness.profiles import suite_settings
+from harness.record import example
+from harness.targets.decode.planned import KINDS
+from strategies.capture import decode_cases
+from strategies.switches import npu_batches, npu_cases
+from suites.test_decode_capture import (  # noqa: F401 - the fixtures and the pinned finding, here under npu
+    capture_and_check, device, drawn_batches, layout, skip_without_speculative,
+    test_findings_npu_dflash_preplanned_verify_crashes,
+)
+
+
+@pytest.fixture(scope="module")
+def personality(device_name):
+    if device_name != "cpu":
+        pytest.skip(f"SGLang's NPU runner runs here only on the cpu virtual device (this run: --device {device_name})")
+    return "npu"
+
+
+def update_checked(target, replay):
+    """Each replay with the NPU graph update it must have made (`npu_graph_update`)."""
+    def run(batch, step):
+        before = graph_updates(target)
+        output, expected = replay(batch, step)
+        check_npu_graph_update(target, batch, before)
+        return output, expected
+    return run
+
+
+@suite_settings(gate_examples=6, shrink_in_gate=False)
+@given(case=npu_cases(), data=st.data())
+def test_npu_replay_matches_eager_and_updates_graph(case, data, device, personality, layout):
+    """DECODE, TARGET_VERIFY and IDLE batches through NPUGraphRunner.execute: outputs equal eager, each replay's
+    graph update carries the batch's KV lengths under the architecture's name, the capture profile is written."""
+    with example("decode_npu", personality=personality, **case.drawn()) as ex:
+        missing = case.switches.missing(layout.runner_module) or (layout.speculative_missing() if case.spec else None)
+        if missing:
+            pytest.skip(missing)
+        with case.switches.environment() as profile_dir:
+            target = capture_and_check(case, lambda sizes: data.draw(npu_batches(case, sizes), label="batches"),
+                                       device, personality, layout, ex, checked=update_checked)
+            if profile_dir:
+                check_capture_profile(target, profile_dir)
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=decode_cases(speculative=None), data=st.data())
+def test_npu_planned_batches_replay_matches_eager(case, data, device, personality, layout):
+    """Batches planned ahead through NPUGraphRunner.execute's pre-planned branch (as the decode suite's planned
+    test drives them)."""
+    def kinds(count):
+        return data.draw(st.lists(st.sampled_from(KINDS), min_size=count, max_size=count), label="kinds")
+
+    with example("decode_npu", personality=personality, **case.drawn()) as ex:
+        skip_without_speculative(layout, personality)
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, kinds=kinds)

@@ -1,0 +1,65 @@
+"""The decode runner's switches a user sets beside the capture config, on the run's personality: capture
+profiling (`--enable-profile-cuda-graph`, one trace per captured shape with `SGLANG_GRAPH_BATCH_CAPTURE`), the
+metadata glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with or without `SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW`) and
+the replay log (`SGLANG_LOG_DECODE_GRAPH_KEY`); every replay still equals eager."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from harness.oracles.capture_profile import check_capture_profile
+from harness.oracles.metadata_glue import GlueGraphs, check_glue_served
+from harness.oracles.replay_log import check_replay_log, replay_log
+from harness.profiles import suite_settings
+from harness.record import example
+from strategies.capture import replay_batches
+from strategies.switches import dp_batches, dp_gather_cases, glue_batches, glue_cases, profile_cases
+from suites.test_decode_capture import capture_and_check, device, layout  # noqa: F401 - fixtures
+
+
+def run_switched(case, draw_batches, device, personality, layout, ex, check, **kwargs) -> None:
+    """Capture and replay `case` under its switches, then `check(target, the batches replayed, the profiler
+    folder)` while they hold; the replay log checked where the switch is on (the decode runner's execute; the NPU
+    runner logs none)."""
+    missing = case.switches.missing(layout.runner_module)
+    if missing:
+        pytest.skip(missing)
+    drawn = []
+
+    def batches_for(sizes):
+        drawn[:] = draw_batches(sizes)
+        return drawn
+
+    with case.switches.environment() as profile_dir, replay_log() as lines:
+        target = capture_and_check(case, batches_for, device, personality, layout, ex, **kwargs)
+        if case.switches.log_graph_key and personality == "cuda":
+            check_replay_log(lines, target.case, drawn)
+        check(target, drawn, profile_dir)
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=profile_cases(), data=st.data())
+def test_profiled_capture_writes_one_trace_per_shape(case, data, device, personality, layout):
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        run_switched(case, lambda sizes: data.draw(replay_batches(case, sizes), label="replay batches"), device,
+                     personality, layout, ex, lambda target, _, folder: check_capture_profile(target, folder))
+
+
+@suite_settings(gate_examples=4, shrink_in_gate=False)
+@given(case=glue_cases(), data=st.data())
+def test_metadata_glue_replays_match_eager(case, data, device, personality, layout):
+    """Unpadded replays of each captured size, past the glue graph's warm-ups into glued metadata prep."""
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda target, batches, _: check_glue_served(target, batches),
+                     serve_graphs=GlueGraphs())
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=dp_gather_cases(), data=st.data())
+def test_dp_gathered_buffers_replay_matches_eager(case, data, device, personality, layout):
+    """`--moe-dense-tp-size 1`: the runner sizes the gathered DP buffers (global_num_tokens_gpu,
+    global_dp_buffer_len) for each graph; the model reads them against its rows, so a wrong or stale length shows."""
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        run_switched(case, lambda sizes: data.draw(dp_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda *_: None)

@@ -1,0 +1,118 @@
+"""Mutants of the decode runner's switches and of SGLang's NPU runner, each in a scratch copy of the installed
+SGLang: the suite that drives the path must fail with the oracle and diagnosis named; clean SGLang passes.
+
+- Capture profiling (`suites/test_decode_switches.py`): memory history left on after capture; the trace tag drops
+  the LoRA variant (two captures, one trace name); the full backend stops stepping the profiler after a capture
+  (the traces no longer fall one per shape); the replay log names the batch's size instead of the graph's, or
+  ignores its switch.
+- Metadata glue graph: a glued prep that re-installs the captured metadata without replaying the glue graph (stale
+  seq_lens, the runner's view path); the skip-replay-view path does the same.
+- NPU runner (`suites/test_decode_npu.py`): the v2 architectures' KV lengths updated under the v1 name; padded
+  requests left out of the update; draft tokens not added for TARGET_VERIFY; the capture profile with no trace
+  handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
+  without the draft tokens, or with them for DECODE;
+  DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again.
+- Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
+  requests.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.mutant_runs import assert_mutant_fails, run_suite_on_mutant
+
+SWITCHES = "suites/test_decode_switches.py"
+NPU = "suites/test_decode_npu.py"
+RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
+FULL = "srt/model_executor/runner_backend/full_cuda_graph_backend.py"
+GLUE = "srt/model_executor/runner/metadata_glue_graph.py"
+NPU_RUNNER = "srt/hardware_backend/npu/graph_runner/npu_graph_runner.py"
+PROFILED = f"{SWITCHES}::test_profiled_capture_writes_one_trace_per_shape"
+GLUED = f"{SWITCHES}::test_metadata_glue_replays_match_eager"
+NPU_REPLAY = f"{NPU}::test_npu_replay_matches_eager_and_updates_graph"
+DP_GATHER = f"{SWITCHES}::test_dp_gathered_buffers_replay_matches_eager"
+
+MUTANTS = {
+    "memory_history_left_on": (PROFILED, [(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
+                                           "")],
+                               "capture-profile", ["history was left on after capture"]),
+    "trace_tag_drops_lora_variant": (PROFILED, [(RUNNER, "            parts.append(variant_label)\n",
+                                                 "            pass\n")],
+                                     "capture-profile", ["capture traces (per_shape)", "missing", "_nolora_rank0"]),
+    "profiler_not_stepped_after_capture": (
+        PROFILED, [(FULL, "        if profiler is not None:\n            profiler.step()\n\n"
+                          "        self._graphs[shape_key] = graph", "\n        self._graphs[shape_key] = graph")],
+        "capture-profile", ["capture traces (per_shape)", "missing"]),
+    "glue_reinstalls_without_replay": (
+        GLUED, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
+                 "                backend.forward_metadata = metadata\n")],
+        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "skipped_view_reinstalls_without_replay": (
+        GLUED, [(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
+                 "            self._metadata_glue.reinstall(glue_key)\n")],
+        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "replay_log_names_raw_size": (PROFILED, [(RUNNER, "                    self._replay_graph_key.size,\n",
+                                              "                    forward_batch.batch_size,\n")],
+                                  "replay-log", ["SGLANG_LOG_DECODE_GRAPH_KEY", "first difference"]),
+    "replay_log_switch_ignored": (PROFILED, [(RUNNER, "            if envs.SGLANG_LOG_DECODE_GRAPH_KEY.get():\n",
+                                              "            if False:\n")],
+                                  "replay-log", ["0 replay line(s)"]),
+    "npu_v2_update_under_v1_name": (
+        NPU_REPLAY, [(NPU_RUNNER, '        if self._uses_v2_seq_len_update():\n'
+                                  '            return self.attr_name["TARGET_VERIFY"]\n',
+                      '        if False:\n            return self.attr_name["TARGET_VERIFY"]\n')],
+        "npu-graph-update", ["expected graph updates [[{'actual_seq_kvlen'"]),
+    "npu_update_drops_padding": (
+        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist() + [\n"
+                                  "                        0\n                    ] * (self.bs - self.raw_bs)\n",
+                      "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist()\n")],
+        "npu-graph-update", ["DECODE batch", "expected graph updates"]),
+    "npu_verify_update_without_draft_tokens": (
+        NPU_REPLAY, [(NPU_RUNNER, "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n"
+                                  "                            + self.captured_req_width\n",
+                      "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n")],
+        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
+    "npu_profile_without_trace_handler": (
+        NPU_REPLAY, [(NPU_RUNNER, "            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\n"
+                                  "                output_dir, async_mode=True\n            ),\n", "")],
+        "capture-profile", ["the NPU runner's capture profile: expected one trace"]),
+    "npu_v4_graph_updated": (
+        NPU_REPLAY, [(NPU_RUNNER, "            or is_deepseek_v4(self.model_runner.model_config.hf_config)\n", "")],
+        "npu-graph-update", ["expected graph updates []"]),
+    "npu_device_lens_without_draft_tokens": (
+        NPU_REPLAY, [(NPU_RUNNER, "forward_batch.seq_lens.cpu() + self.captured_req_width", "forward_batch.seq_lens.cpu()")],
+        "npu-graph-update", ["TARGET_VERIFY batch", "host mirror: False"]),
+    "npu_device_lens_decode_adds_draft_width": (  # the verify fallback's arithmetic copied into the DECODE one
+        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",
+                      "                    seq_lens = (forward_batch.seq_lens.cpu() + self.captured_req_width).tolist() + [0] * (\n")],
+        "npu-graph-update", ["DECODE batch", "host mirror: False"]),
+    "npu_dflash_list_double_adds_drafts": (  # the draft block added again to the backend's list
+        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = list(_meta_list)\n",
+                      "                    seq_lens = [s + self.captured_req_width for s in _meta_list]\n")],
+        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
+    "dp_buffer_len_counts_ranks": (  # the gathered length as the number of ranks, not of their tokens
+        DP_GATHER, [(RUNNER, "            global_dp_buffer_len = sum(global_num_tokens_cpu)\n",
+                     "            global_dp_buffer_len = len(global_num_tokens_cpu)\n")],
+        "eager-equality", ["not bit-equal to eager"]),
+    "dp_tokens_in_requests": (  # attention-TP gather sized in requests, not tokens (wrong under TARGET_VERIFY)
+        DP_GATHER, [(RUNNER, "        if self.require_attn_tp_gather:\n            return [num_tokens]\n",
+                     "        if self.require_attn_tp_gather:\n"
+                     "            return [num_tokens // self.captured_req_width]\n")],
+        "eager-equality", ["not bit-equal to eager"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_switch_mutant_fails_with_its_diagnosis(name, tmp_path):
+    test, edits, oracle, texts = MUTANTS[name]
+    virtual = ("--device", "cpu") if test.startswith(NPU) else ()  # the NPU runner: virtual device only
+    record = assert_mutant_fails(test, name, edits, tmp_path, oracle, texts, extra=virtual)
+    if test.startswith(NPU):  # the run's personality is cuda; the failure names the one its suite fixed
+        assert "--personality npu" in record["replay"] and record["personality"] == "npu", record
+
+
+@pytest.mark.parametrize("suite", [SWITCHES, NPU])
+def test_clean_sglang_passes(suite, tmp_path):
+    virtual = ("--device", "cpu") if suite == NPU else ()
+    code, output = run_suite_on_mutant(suite, "clean", [], tmp_path, extra=virtual)
+    assert code == 0, f"clean SGLang failed {suite}:\n{output[-3000:]}"
