@@ -79,7 +79,7 @@ def global_forward_modes() -> st.SearchStrategy:
 
 @st.composite
 def batches(draw, num_tokens: int, forward_mode, global_forward_mode, *, decoding: bool = True,
-            chunked: bool = True) -> Batch:
+            chunked: bool = True, context: int = MAX_CONTEXT) -> Batch:
     """A batch of `num_tokens` new tokens in `forward_mode`.
 
     Extend-family modes: the tokens are split over 1..7 requests; a request may arrive with a cached prefix
@@ -109,10 +109,8 @@ def batches(draw, num_tokens: int, forward_mode, global_forward_mode, *, decodin
         elif chunked and draw(st.booleans()):
             kind = "chunk"
         history_len = 0
-        if kind == "decoding":
-            history_len = draw(st.integers(1, max(1, MAX_CONTEXT - count - 1)))
-        elif kind == "chunk":
-            history_len = draw(st.integers(1, max(1, MAX_CONTEXT - count - 1)))
+        if kind in ("decoding", "chunk"):
+            history_len = draw(st.integers(1, max(1, context - count - 1)))
         history_len = min(history_len, MAX_CONTEXT - count)
         history = tuple(draw(st.lists(TOKEN_IDS, min_size=history_len, max_size=history_len)))
         tokens = tuple(draw(st.lists(TOKEN_IDS, min_size=count, max_size=count)))
@@ -131,13 +129,14 @@ def graph_modes() -> st.SearchStrategy:
 
 
 @st.composite
-def graph_bound_batches(draw, grid: tuple[int, ...], beyond: bool = True) -> Batch:
+def graph_bound_batches(draw, grid: tuple[int, ...], beyond: bool = True, context: int = MAX_CONTEXT) -> Batch:
     """A batch the prefill graph is for: forward_mode and global_forward_mode each EXTEND or MIXED, drawn
-    independently; a token count on, between or (`beyond`) beyond the grid; chunked and decoding requests."""
+    independently; a token count on, between or (`beyond`) beyond the grid; chunked and decoding requests whose
+    sequences reach at most `context` tokens."""
     num_tokens = draw(replay_num_tokens(grid, beyond))
     local = draw(graph_modes())
     batch_wide = draw(st.sampled_from(GRAPH_MODE_NAMES).map(_mode))
-    return draw(batches(num_tokens, local, batch_wide))
+    return draw(batches(num_tokens, local, batch_wide, context=context))
 
 
 HIDDEN_MODES = ("NULL", "LAST", "FULL")  # CaptureHiddenMode names

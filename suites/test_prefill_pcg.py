@@ -24,7 +24,7 @@ from harness.oracles.process_state import check_at_rest
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets import prefill
-from harness.targets.prefill import Batch, PrefillCase, Request
+from harness.targets.prefill import Batch, PrefillCase, Request, admission
 from harness.targets.prefill.session import GRAPH_MODES, PrefillSession
 from harness.versions import sglang_version
 from strategies import prefill as draw
@@ -208,6 +208,124 @@ def test_full_chunked_prefix(data):
     with example("prefill_pcg", capture_tokens=GRID, backend="full", prefix_chunk_tokens=64,
                  **draw.describe(batch)) as ex:
         run_example(ex, PrefillSession.get(case), batch)
+
+
+# Context limits: the full graphs planned at a fixed extent (max_context_size), the breakable graphs under the
+# attention backend's own cap (prefill_cuda_graph_default_max_seq_len).
+CONTEXT_LIMIT_CASES = {"full-fixed-32": PrefillCase(backend="full", capture_tokens=GRID, max_context_size=32),
+                       "breakable-cap-24": PrefillCase(backend="breakable", capture_tokens=GRID,
+                                                       backend_max_seq_len=24)}
+
+
+@pytest.mark.parametrize("name", sorted(CONTEXT_LIMIT_CASES))
+@suite_settings(gate_examples=8, shrink_in_gate=False)
+@given(data=st.data())
+def test_context_limits(name, data):
+    """Graphs with a context limit: a batch whose longest context (cached prefix + new tokens) is beyond it must
+    run eager (admission), the rest replay; the attention reads the KV through metadata of the batch's own extent
+    (`max_seq_len_override`), so a replay past the fixed extent drops cached tokens and shows in the numbers."""
+    case = CONTEXT_LIMIT_CASES[name]
+    layout = _layout()
+    gap = layout.backend_gap(case.backend, PrefillSession.device) or layout.context_limit_gap()
+    if gap:
+        pytest.skip(gap)
+    # sequences up to 8 tokens past the limit: as many on each side of it
+    straddle = min(case.context_limit() + 8, draw.MAX_CONTEXT)
+    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False, context=straddle), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=case.max_context_size,
+                 backend_max_seq_len=case.backend_max_seq_len, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+def test_context_limit_ignored_by_tc_piecewise():
+    """tc_piecewise drops max_context_size (SGLang warns: its metadata has no fixed extent), so a batch longer
+    than it still replays the graphs."""
+    layout = _layout()
+    if layout.context_limit_gap():
+        pytest.skip(layout.context_limit_gap())
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, max_context_size=8)
+    batch = Batch((Request(1, (3, 5, 7, 9), prefix=20, history=tuple(range(10)) * 2),), _mode("EXTEND"),
+                  _mode("EXTEND"))
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=8,
+                 **draw.describe(batch)) as ex:
+        outcome = run_example(ex, PrefillSession.get(case), batch)
+        if outcome.path != "graph":
+            raise OracleFailure("admission", "a 24-token context on tc_piecewise with max_context_size=8 ran "
+                                f"{outcome.path}: tc_piecewise ignores the limit, so its graphs must serve it",
+                                max_context_size=8, context=24)
+
+
+@pytest.mark.parametrize("case", [
+    PrefillCase(backend="full", capture_tokens=GRID, max_context_size=80),
+    PrefillCase(backend="full", capture_tokens=GRID, max_context_size=32, fixed_context_metadata=False),
+], ids=["beyond-table", "no-fixed-metadata"])
+def test_context_limit_refused_at_construction(case):
+    """Bad configuration: a context limit the request table or the attention backend cannot honour is refused
+    when the runner is built (ValueError), never served wrongly later."""
+    layout = _layout()
+    if layout.context_limit_gap():
+        pytest.skip(layout.context_limit_gap())
+    expected = admission.refused_at_construction(case)
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=case.max_context_size,
+                 fixed_context_metadata=case.fixed_context_metadata) as ex:
+        try:
+            PrefillSession.get(case)
+        except ValueError as error:
+            ex.expected_error(f"{expected}: SGLang refused it ({str(error)[:160]})")
+            return
+        PrefillSession.close_current()
+        raise OracleFailure("admission", f"SGLang built the runner although {expected}", **_context_details(case))
+
+
+def _context_details(case: PrefillCase) -> dict:
+    return dict(max_context_size=case.max_context_size, table_columns=case.max_context,
+                fixed_context_metadata=case.fixed_context_metadata)
+
+
+@pytest.mark.parametrize("mode", ["LAST", "FULL"])
+def test_execute_refuses_hidden_mode_above_capture(mode):
+    """A caller that skips can_run_graph: `execute` itself refuses a batch asking for more hidden states than the
+    capture keeps (a NULL capture: no speculative decoding, a generation model), naming the capture's mode."""
+    layout = _layout()
+    gap = layout.backend_gap("full", PrefillSession.device) or layout.hidden_mode_guard_gap()
+    if gap:
+        pytest.skip(gap)
+    session = PrefillSession.get(PrefillCase(backend="full", capture_tokens=GRID))
+    batch = Batch((Request(1, (3, 5)),), _mode("EXTEND"), _mode("EXTEND"), capture_hidden_mode=mode)
+    with example("prefill_pcg", capture_tokens=GRID, backend="full", **draw.describe(batch)) as ex:
+        try:
+            session.target.execute(batch)
+        except RuntimeError as error:
+            if "capture mode (NULL)" not in str(error):
+                raise OracleFailure("admission", f"execute refused a {mode} batch without naming the capture's "
+                                    f"mode NULL: {error}", capture_hidden_mode=mode) from error
+            ex.expected_error(f"execute refused capture_hidden_mode={mode} on a NULL capture: {error}")
+            return
+        finally:
+            PrefillSession.close_current()  # a replay past the guard would leave its static state spoiled
+        raise OracleFailure("admission", f"execute replayed a capture_hidden_mode={mode} batch on the NULL "
+                            "capture, which keeps no hidden states", capture_hidden_mode=mode)
+
+
+def test_compile_pass_failure_names_backend_and_way_out():
+    """A tc_piecewise compile pass that fails (an OOM inside it) surfaces as SGLang's capture-failure message:
+    the cause, the backend, and the way out a tc_piecewise user has (the breakable backend)."""
+    layout = _layout()
+    if layout.capture_failure_gap():
+        pytest.skip(layout.capture_failure_gap())
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, max_requests=7)  # a case of its own
+    cause = "CUDA out of memory (injected into the compile pass by the harness)"
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, injected=cause):
+        with layout.target_class.compile_pass_failing(cause):
+            with pytest.raises(RuntimeError) as raised:
+                PrefillSession.get(case)
+        PrefillSession.close_current()
+        text = str(raised.value)
+        missing = [want for want in ("Capture prefill CUDA graph failed", cause, "backend: tc_piecewise",
+                                     "--cuda-graph-backend-prefill=breakable") if want not in text]
+        if missing:
+            raise OracleFailure("capture-failure", f"the compile-pass failure message lacks {missing}: "
+                                f"{text[:300]}", missing=missing)
 
 
 def replay_case(drawn: dict) -> None:

@@ -13,7 +13,8 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
 
     Examples, grid (4, 8, 16): 17 tokens -> beyond the largest capture; an image request's own embeddings ->
     input_embeds; capture_hidden_mode FULL -> more hidden states than the NULL capture keeps; return_logprob on
-    tc_piecewise -> no eager logits tail; a full backend with 4 request slots and 5 requests -> too many requests.
+    tc_piecewise -> no eager logits tail; a request of 30 cached + 4 new tokens under max_context_size 32 -> a
+    context beyond the limit; a full backend with 4 request slots and 5 requests -> too many requests.
     """
     largest = max(case.capture_tokens)
     if batch.num_tokens > largest:
@@ -25,7 +26,27 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
                 "does not keep")
     if batch.return_logprob and case.backend == "tc_piecewise":
         return "return_logprob needs the eager logits tail that tc_piecewise does not have"
+    limit = case.context_limit()
+    longest = max((r.prefix + len(r.tokens) for r in batch.requests), default=0)
+    if limit is not None and longest > limit:
+        return (f"its longest context ({longest} tokens, cached prefix + new) exceeds the graphs' context limit "
+                f"({limit}: max_context_size / the attention backend's max_seq_len)")
     if case.backend == "full" and len(batch.requests) > case.full_prefill_max_req:
         return (f"its {len(batch.requests)} requests exceed the full graph's {case.full_prefill_max_req} request "
                 "slots (full_prefill_max_req)")
+    return None
+
+
+def refused_at_construction(case: PrefillCase) -> Optional[str]:
+    """Why SGLang must refuse to build the runner for `case` (None: it must build it), from the case alone.
+
+    Examples, a 64-column req_to_token: max_context_size 80 -> more than the table holds (any backend, checked
+    first); full with max_context_size 32 and an attention backend without fixed-context metadata -> unsupported
+    (tc_piecewise drops the limit before that check, so it builds).
+    """
+    if case.max_context_size is not None and case.max_context_size > case.max_context:
+        return (f"max_context_size {case.max_context_size} exceeds the request-to-token pool's "
+                f"{case.max_context} columns")
+    if case.max_context_size is not None and case.backend != "tc_piecewise" and not case.fixed_context_metadata:
+        return "max_context_size needs an attention backend with fixed-context prefill graph metadata"
     return None

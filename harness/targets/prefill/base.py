@@ -43,6 +43,15 @@ class Layout:
     def chunked_prefix_gap(self) -> Optional[str]:
         return self.target_class.chunked_prefix_gap()
 
+    def context_limit_gap(self) -> Optional[str]:
+        return self.target_class.context_limit_gap()
+
+    def hidden_mode_guard_gap(self) -> Optional[str]:
+        return self.target_class.hidden_mode_guard_gap()
+
+    def capture_failure_gap(self) -> Optional[str]:
+        return self.target_class.capture_failure_gap()
+
 
 @dataclasses.dataclass(frozen=True)
 class PrefillCase:
@@ -55,6 +64,19 @@ class PrefillCase:
     capture_mode: str = "auto"  # virtual device: "record" | "rerun" | "auto" (record for eager, rerun for inductor)
     multimodal: bool = False  # a VLM: mRoPE positions, embeddings handed to the language model, input_embeds slot
     prefix_chunk_tokens: Optional[int] = None  # full only: chunked-prefix capture, aggregate tokens per prefix chunk
+    # Context limits of the graphs: `--cuda-graph-prefill-max-context` (metadata planned at that fixed extent;
+    # SGLang ignores it on tc_piecewise) and the attention backend's default replay cap
+    # (`prefill_cuda_graph_default_max_seq_len`); a longer context (prefix + new tokens) runs eager.
+    max_context_size: Optional[int] = None
+    backend_max_seq_len: Optional[int] = None
+    fixed_context_metadata: bool = True  # the attention backend plans fixed-extent metadata (max_context_size)
+
+    def context_limit(self) -> Optional[int]:
+        """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;
+        tc_piecewise, max_context_size 32 -> None (SGLang ignores it there, with a warning)."""
+        fixed = None if self.backend == "tc_piecewise" else self.max_context_size
+        limits = [limit for limit in (fixed, self.backend_max_seq_len) if limit is not None]
+        return min(limits) if limits else None
 
     @property
     def device_capture_mode(self) -> str:
@@ -117,6 +139,9 @@ def make_attention_backend_class():
             self.token_request = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # index in the batch
             self.token_prefix = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # its request's prefix
             self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
+            # Columns of req_to_token the metadata covers: the batch's max_seq_len_override (a fixed-context graph's
+            # extent) or the whole table; a capture-stable buffer, refreshed out of graph for every batch.
+            self.extent = torch.tensor(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
             pass
@@ -152,12 +177,15 @@ def make_attention_backend_class():
                 self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64, device=self.kv.device)
                 self.token_request[:n] = torch.tensor(token_request, dtype=torch.int64, device=self.kv.device)
                 self.token_prefix[:n] = torch.tensor(token_prefix, dtype=torch.int64, device=self.kv.device)
+            override = getattr(forward_batch, "max_seq_len_override", None)
+            self.extent.fill_(self.kv.req_to_token.shape[1] if override is None else override)
             self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
 
         def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
                            prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
             """KV[slots[t]] = x[t] (padding writes PAD_SLOT); output[t] = sum of the cached x over positions
-            0..position(t) of token t's request. With a chunked-prefix full graph's buffers (`prefix_*`, what the
+            0..position(t) of token t's request, within the metadata's extent (positions past it are not read, as
+            a fixed-context backend's metadata ends there). With a chunked-prefix full graph's buffers (`prefix_*`, what the
             captured body hands the op) the cached prefix is read through them, the new tokens through
             req_to_token."""
             t = x.shape[0]
@@ -166,6 +194,7 @@ def make_attention_backend_class():
             values[PAD_SLOT].zero_()
             slots = self.kv.req_to_token.index_select(0, self.token_row[:t]).to(torch.int64)  # (t, context)
             visible = self.context.unsqueeze(0) <= self.token_position[:t].unsqueeze(1)  # (t, context)
+            visible = visible & (self.context < self.extent).unsqueeze(0)
             if prefix_kv_indices:  # the prefix comes from SGLang's chunk buffers, not req_to_token
                 visible = visible & (self.context.unsqueeze(0) >= self.token_prefix[:t].unsqueeze(1))
             gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
@@ -299,11 +328,29 @@ class PrefillTarget:
         return f"the {cls.__module__} target drives no chunked-prefix capture"
 
     @classmethod
+    def context_limit_gap(cls) -> Optional[str]:
+        """Why this release's runner has no fixed-context prefill graphs (None: it has)."""
+        return f"the {cls.__module__} target drives no fixed-context prefill graphs"
+
+    @classmethod
     def multimodal_gap(cls) -> Optional[str]:
         """Why this release's runner cannot take the multimodal model (None: it can)."""
         return f"the {cls.__module__} target builds no multimodal batches"
 
+    @classmethod
+    def hidden_mode_guard_gap(cls) -> Optional[str]:
+        """Why this release's `execute` has no capture_hidden_mode check of its own (None: it has)."""
+        return f"the {cls.__module__} target drives no direct execute"
+
+    @classmethod
+    def capture_failure_gap(cls) -> Optional[str]:
+        """Why this release has no tc_piecewise capture-failure message to check (None: it has)."""
+        return f"the {cls.__module__} target injects no compile-pass failure"
+
     def forward(self, batch: Batch):
+        raise NotImplementedError
+
+    def execute(self, batch: Batch):
         raise NotImplementedError
 
     def eager(self, batch: Batch) -> torch.Tensor:

@@ -56,6 +56,8 @@ def publish_config(case: PrefillCase, device: str) -> Any:
         extra["full_prefill_max_req"] = case.full_prefill_max_req if case.backend == "full" else None
     if case.prefix_chunk_tokens is not None:  # chunked-prefix full capture (0.5.2x)
         extra["full_prefill_prefix_chunk_tokens"] = case.prefix_chunk_tokens
+    if case.max_context_size is not None:  # fixed-context graphs (0.5.2x)
+        extra["max_context_size"] = case.max_context_size
     prefill = PhaseConfig(backend=backend, bs=list(case.capture_tokens), **extra)
     server_args = ServerArgs(
         model_path="dummy", device=device,
@@ -218,6 +220,8 @@ class Target(PrefillTarget):
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
         self.model = PrefillForCausalLM(multimodal=case.multimodal).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
+        self.attn_backend.prefill_cuda_graph_default_max_seq_len = case.backend_max_seq_len
+        self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
             EagerRunner = load(EAGER_RUNNER_MODULE, "EagerRunner")
@@ -258,6 +262,33 @@ class Target(PrefillTarget):
     def chunked_prefix_gap(cls) -> Optional[str]:
         """Chunked-prefix full capture arrived in 0.5.2x."""
         return _runner_lacks("_prepare_chunked_prefix_capture", "chunked-prefix full capture")
+
+    @classmethod
+    def context_limit_gap(cls) -> Optional[str]:
+        """Fixed-context prefill graphs (`--cuda-graph-prefill-max-context`) arrived in 0.5.2x."""
+        return _runner_lacks("_validate_max_context_capacity", "fixed-context prefill graphs")
+
+    @classmethod
+    def hidden_mode_guard_gap(cls) -> Optional[str]:
+        """`execute`'s own hidden-state check arrived in 0.5.2x."""
+        return _runner_lacks("_validate_capture_hidden_mode", "execute's capture_hidden_mode check")
+
+    @classmethod
+    def capture_failure_gap(cls) -> Optional[str]:
+        """The runner's capture-failure message (`prefill_failure_msg`) arrived in 0.5.2x."""
+        if hasattr(load(RUNNER_MODULE), "prefill_failure_msg"):
+            return None
+        return f"SGLang {sglang_version()}: the prefill runner module has no prefill_failure_msg"
+
+    @staticmethod
+    def compile_pass_failing(cause: str):
+        """While active, the tc_piecewise compile pass raises RuntimeError(cause), as an OOM inside it does."""
+        backend_class = load(TC_BACKEND_MODULE, "TcPiecewiseCudaGraphBackend")
+        return mock.patch.object(backend_class, "_run_compile_pass", side_effect=RuntimeError(cause))
+
+    def execute(self, batch: Batch):
+        """The runner's `execute` called directly, as a caller that skips `can_run_graph` would."""
+        return self.runner.execute(self._forward_batch(batch))
 
     def close(self) -> None:
         self._patches.close()
