@@ -139,6 +139,21 @@ def graph_bound_batches(draw, grid: tuple[int, ...], beyond: bool = True, contex
     return draw(batches(num_tokens, local, batch_wide, context=context))
 
 
+@st.composite
+def batches_near_context(draw, grid: tuple[int, ...], limit: int) -> Batch:
+    """A graph-bound batch within the grid one of whose requests reaches a context (cached prefix + new) within 3
+    tokens of `limit` either side, so a context limit is probed at its edge: limit 32 -> that request's
+    sequence is 29..35 tokens."""
+    batch = draw(graph_bound_batches(grid, beyond=False, context=limit))
+    index = draw(st.integers(0, len(batch.requests) - 1))
+    request = batch.requests[index]
+    new = len(request.tokens)
+    total = draw(st.integers(max(new + 1, limit - 3), max(new + 1, min(limit + 3, MAX_CONTEXT))))
+    history = tuple(draw(st.lists(TOKEN_IDS, min_size=total - new, max_size=total - new)))
+    edge = dataclasses.replace(request, prefix=total - new, history=history)
+    return dataclasses.replace(batch, requests=batch.requests[:index] + (edge,) + batch.requests[index + 1:])
+
+
 HIDDEN_MODES = ("NULL", "LAST", "FULL")  # CaptureHiddenMode names
 
 

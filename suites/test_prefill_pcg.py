@@ -229,9 +229,7 @@ def test_context_limits(name, data):
     gap = layout.backend_gap(case.backend, PrefillSession.device) or layout.context_limit_gap()
     if gap:
         pytest.skip(gap)
-    # sequences up to 8 tokens past the limit: as many on each side of it
-    straddle = min(case.context_limit() + 8, draw.MAX_CONTEXT)
-    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False, context=straddle), label="batch")
+    batch = data.draw(draw.batches_near_context(GRID, case.context_limit()), label="batch")
     with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=case.max_context_size,
                  backend_max_seq_len=case.backend_max_seq_len, **draw.describe(batch)) as ex:
         run_example(ex, PrefillSession.get(case), batch)
