@@ -75,6 +75,8 @@ STATEFUL_MUTANTS = {
 REGISTRY = "srt/model_executor/cuda_graph_buffer_registry.py"
 COMPILE = "srt/compilation/compile.py"
 MULTIMODAL = "test_multimodal_inputs"
+CONTEXT_LIMITS = "test_context_limits"
+CAPTURE_FAILURE = "test_compile_pass_failure_names_backend_and_way_out"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
                 torch.int64,
@@ -145,6 +147,56 @@ PATH_MUTANTS = {
           OUT_CACHE_LOC_SLOT + "            padding_policy=PaddingPolicy.KEEP_PAD,\n        ),\n    ]\n"
                                "    if register_input_embeds is None:")],
         "test_piecewise_forward_modes", "eager-equality", ["not bit-equal to eager"], []),
+    # context limits: the fixed max_context_size dropped from admission; the batch replays past the graphs'
+    # extent (load_batch's own check raises, or the attention reads fewer cached tokens).
+    "context_limit_not_admitted": (
+        [(RUNNER, "        for context_limit in (self.max_context_size, self.max_seq_len):",
+          "        for context_limit in (self.max_seq_len,):")],
+        CONTEXT_LIMITS, "admission", ["longest context", "context limit (32"], ["num_tokens"]),
+    # context limits: a batch's context measured by its new tokens, not its sequence (prefix left out).
+    "context_measured_without_prefix": (
+        [(RUNNER, "        seq_lens_cpu = forward_batch.seq_lens_cpu\n",
+          "        seq_lens_cpu = forward_batch.extend_seq_lens_cpu\n")],
+        CONTEXT_LIMITS, "admission", ["longest context"], []),
+    # context limits: the attention backend's own max_seq_len default is not picked up.
+    "backend_max_seq_len_ignored": (
+        [(RUNNER, "                model_runner.attn_backend.prefill_cuda_graph_default_max_seq_len\n",
+          "                None\n")],
+        CONTEXT_LIMITS + " and breakable", "admission", ["longest context", "context limit (24"], []),
+    # context limits: tc_piecewise keeps a limit it cannot honour, so longer contexts stop replaying.
+    "tc_piecewise_keeps_context_limit": (
+        [(RUNNER, '            self._ignore_max_context_size("tc_piecewise prefill CUDA graph")', "            pass")],
+        "test_context_limit_ignored_by_tc_piecewise", "admission", ["ran eager", "ignores the limit"], []),
+    # construction: a limit wider than req_to_token is accepted.
+    "context_capacity_unchecked": (
+        [(RUNNER, "        if max_context_size is not None and max_context_size > table_width:",
+          "        if max_context_size is not None and max_context_size > 2 * table_width:")],
+        "test_context_limit_refused_at_construction and beyond", "admission", ["built the runner", "80"], []),
+    # construction: a limit accepted with an attention backend that plans no fixed-extent metadata.
+    "context_support_unchecked": (
+        [(RUNNER, "        if self.max_context_size is not None and not (\n",
+          "        if self.max_context_size is None and not (\n")],
+        "test_context_limit_refused_at_construction and no-fixed", "admission",
+        ["built the runner", "fixed-context"], []),
+    # execute's own hidden-state guard compares the wrong way round.
+    "execute_hidden_mode_reversed": (
+        [(RUNNER, "        if self.capture_hidden_mode < forward_batch.capture_hidden_mode:",
+          "        if self.capture_hidden_mode > forward_batch.capture_hidden_mode:")],
+        "test_execute_refuses_hidden_mode_above_capture", "admission", ["execute replayed"], []),
+    # execute's guard removed (only can_run_graph refuses).
+    "execute_hidden_mode_unchecked": (
+        [(RUNNER, "        self._validate_capture_hidden_mode(forward_batch)\n        with self.model_context()",
+          "        with self.model_context()")],
+        "test_execute_refuses_hidden_mode_above_capture", "admission", ["execute replayed"], []),
+    # capture failure: the compile pass's RuntimeError escapes without SGLang's message.
+    "compile_failure_unwrapped": (
+        [(RUNNER, "            if self.prefill_backend_name != Backend.TC_PIECEWISE:\n                raise",
+          "            if True:\n                raise")],
+        CAPTURE_FAILURE, "capture-failure", ["Capture prefill CUDA graph failed"], []),
+    # capture failure: tc_piecewise is given the breakable backend's suggestions (no way out to breakable).
+    "compile_failure_wrong_hint": (
+        [(RUNNER, "    if backend_name == Backend.BREAKABLE:", "    if backend_name != Backend.BREAKABLE:")],
+        CAPTURE_FAILURE, "capture-failure", ["--cuda-graph-backend-prefill=breakable"], []),
 }
 
 
@@ -166,7 +218,7 @@ def test_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
 def test_path_mutant_fails_its_test_with_its_diagnosis(name, tmp_path):
     edits, selection, oracle, in_diagnosis, in_details = PATH_MUTANTS[name]
     failure = _detected(name, edits, tmp_path, ("-k", selection))
-    assert selection in failure["test"], failure
+    assert selection.split()[0] in failure["test"], failure  # the test the -k expression names first
     _check_diagnosis(failure, oracle, in_diagnosis, in_details)
 
 
