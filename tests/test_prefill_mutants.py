@@ -171,12 +171,12 @@ PATH_MUTANTS = {
     "context_capacity_unchecked": (
         [(RUNNER, "        if max_context_size is not None and max_context_size > table_width:",
           "        if max_context_size is not None and max_context_size > 2 * table_width:")],
-        "test_context_limit_refused_at_construction and beyond", "admission", ["built the runner", "80"], []),
+        "test_refused_at_construction and beyond", "admission", ["built the runner", "80"], []),
     # construction: a limit accepted with an attention backend that plans no fixed-extent metadata.
     "context_support_unchecked": (
         [(RUNNER, "        if self.max_context_size is not None and not (\n",
           "        if self.max_context_size is None and not (\n")],
-        "test_context_limit_refused_at_construction and no-fixed", "admission",
+        "test_refused_at_construction and no-fixed", "admission",
         ["built the runner", "fixed-context"], []),
     # execute's own hidden-state guard compares the wrong way round.
     "execute_hidden_mode_reversed": (

@@ -36,9 +36,13 @@ What it exercises, the way SGLang's own layers do:
 - The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, embeddings
   computed outside the language model and handed to it as `input_embeds` (the batch's own for image requests).
 - No LoRA adapters: the model has no LoRA layers (`supports_lora = False`).
+- Body variants (`BODIES`): "annotated" (the default above); "deepstack", a body that also takes Qwen3-VL's
+  `input_deepstack_embeds` [T, 2 * NUM_DEEPSTACK] and adds its first 2 columns to h0 (h0[t] += d[t, :2]), with
+  the outer model declaring `num_deepstack_embeddings`, so SGLang's deepstack warm-up applies to it;
+  "unannotated", a body whose forward has no annotations (SGLang cannot infer its dynamic dimensions).
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the body's annotations are the objects most SGLang model files hand
+# `install_torch_compiled` (the deepstack body below spells them as strings, as files with that import do).
 from typing import List, Optional, Sequence
 
 import torch
@@ -184,6 +188,29 @@ class PrefillModel(nn.Module):
         return h
 
 
+class DeepstackPrefillModel(PrefillModel):
+    """A body taking Qwen3-VL's deepstack embeddings (string annotations, as in a file with the future import)."""
+
+    def forward(self, input_ids: "torch.Tensor", positions: "torch.Tensor", forward_batch,
+                input_embeds: "Optional[torch.Tensor]" = None,
+                input_deepstack_embeds: "Optional[torch.Tensor]" = None) -> "torch.Tensor":
+        if input_deepstack_embeds is not None:  # the visual features merged into h0, as the first layers do
+            embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
+            input_embeds = embedded + input_deepstack_embeds[:, :HIDDEN].to(torch.float32)
+        return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
+
+
+class UnannotatedPrefillModel(PrefillModel):
+    """A body whose forward carries no annotations: SGLang cannot infer which dimensions to mark dynamic."""
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None):
+        return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
+
+
+BODIES = {"annotated": PrefillModel, "deepstack": DeepstackPrefillModel, "unannotated": UnannotatedPrefillModel}
+NUM_DEEPSTACK = 1  # deepstack embeddings per token the "deepstack" body's outer model declares
+
+
 class PrefillForCausalLM(nn.Module):
     """The outer model: body, then the LM head on each request's last token (eager, like SGLang's logits
     processor runs outside the captured body for the breakable/full backends)."""
@@ -191,10 +218,12 @@ class PrefillForCausalLM(nn.Module):
     supports_lora = False
     shared_experts_config = None
 
-    def __init__(self, num_layers: int = NUM_LAYERS, multimodal: bool = False):
+    def __init__(self, num_layers: int = NUM_LAYERS, multimodal: bool = False, body: str = "annotated"):
         super().__init__()
         register_attention_op()
-        self.model = PrefillModel(num_layers)
+        self.model = BODIES[body](num_layers)
+        if body == "deepstack":
+            self.num_deepstack_embeddings = NUM_DEEPSTACK
         self.embed = TokenEmbedding()
         self.is_mrope_enabled = multimodal
         self.register_buffer("lm_head", torch.arange(1, VOCAB + 1, dtype=torch.float32).repeat(HIDDEN, 1))

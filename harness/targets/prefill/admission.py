@@ -42,8 +42,11 @@ def refused_at_construction(case: PrefillCase) -> Optional[str]:
 
     Examples, a 64-column req_to_token: max_context_size 80 -> more than the table holds (any backend, checked
     first); full with max_context_size 32 and an attention backend without fixed-context metadata -> unsupported
-    (tc_piecewise drops the limit before that check, so it builds).
+    (tc_piecewise drops the limit before that check, so it builds); tc_piecewise with the "unannotated" body ->
+    no annotation to infer the compiled forward's dynamic dimensions from.
     """
+    if case.backend == "tc_piecewise" and case.body == "unannotated":
+        return "the model body's forward carries no annotations to infer its dynamic dimensions from"
     if case.max_context_size is not None and case.max_context_size > case.max_context:
         return (f"max_context_size {case.max_context_size} exceeds the request-to-token pool's "
                 f"{case.max_context} columns")

@@ -70,6 +70,7 @@ class PrefillCase:
     max_context_size: Optional[int] = None
     backend_max_seq_len: Optional[int] = None
     fixed_context_metadata: bool = True  # the attention backend plans fixed-extent metadata (max_context_size)
+    body: str = "annotated"  # the model body's variant (`harness.models.prefill_model.BODIES`)
 
     def context_limit(self) -> Optional[int]:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;

@@ -218,7 +218,7 @@ class Target(PrefillTarget):
         self.server_args = publish_config(case, device)
         ensure_tp_group()
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
-        self.model = PrefillForCausalLM(multimodal=case.multimodal).to(device)
+        self.model = PrefillForCausalLM(multimodal=case.multimodal, body=case.body).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.attn_backend.prefill_cuda_graph_default_max_seq_len = case.backend_max_seq_len
         self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
