@@ -197,6 +197,16 @@ PATH_MUTANTS = {
     "compile_failure_wrong_hint": (
         [(RUNNER, "    if backend_name == Backend.BREAKABLE:", "    if backend_name != Backend.BREAKABLE:")],
         CAPTURE_FAILURE, "capture-failure", ["--cuda-graph-backend-prefill=breakable"], []),
+    # annotation inference: a body with nothing to infer compiles anyway (every dimension left to Dynamo).
+    "annotation_inference_never_refuses": (
+        [(COMPILE, "    if not dyn:\n        raise ValueError(", "    if False:\n        raise ValueError(")],
+        "test_refused_at_construction and unannotated", "admission", ["built the runner", "annotations"], []),
+    # annotation inference: only string annotations recognised (as if every model file had the future import),
+    # so a body annotated with torch.Tensor objects has no dynamic dimension and the runner cannot be built.
+    "object_annotations_ignored": (
+        [(COMPILE, '            ann is torch.Tensor\n            or getattr(getattr(ann, "__args__", [None])[0], '
+                   '"__name__", "") == "Tensor"\n', "            False\n")],
+        "test_piecewise_forward_modes", "crash", ["No dynamic dims inferred"], []),
 }
 
 
@@ -253,3 +263,15 @@ def test_clean_sglang_passes(tmp_path):
     strict = [r for r in rows if r["suite"] != "prefill_pcg_findings"]  # strict xfails: known findings
     assert len(strict) >= 100 and not [r for r in strict if r["verdict"] in ("fail", "error")]
     assert {r["notes"].get("path") for r in strict} >= {"graph", "eager"}
+
+
+# SGLang fixed where the deepstack finding says: the warm-up reads the body class's own signature. The strict
+# expected failure must then pass (XPASS fails the run), so the finding shows when SGLang changes.
+DEEPSTACK_FIX = [(RUNNER, '            not in inspect.signature(language_model.forward).parameters',
+                  '            not in inspect.signature(type(language_model).forward).parameters')]
+
+
+def test_deepstack_finding_tracks_the_fix(tmp_path):
+    code, output = run_suite_on_mutant(SUITE, "deepstack_warmup_fixed", DEEPSTACK_FIX, tmp_path,
+                                       extra=("-k", "deepstack", "-rX"), timeout=600)
+    assert code == 1 and "XPASS" in output and "test_findings_deepstack_warmup_skipped" in output, output[-3000:]
