@@ -212,7 +212,9 @@ def test_full_chunked_prefix(data):
 
 # Context limits: the full graphs planned at a fixed extent (max_context_size), the breakable graphs under the
 # attention backend's own cap (prefill_cuda_graph_default_max_seq_len).
-CONTEXT_LIMIT_CASES = {"full-fixed-32": PrefillCase(backend="full", capture_tokens=GRID, max_context_size=32),
+# (the full case with mixed chunks on, which SGLang allows for its padded backends)
+CONTEXT_LIMIT_CASES = {"full-fixed-32": PrefillCase(backend="full", capture_tokens=GRID, max_context_size=32,
+                                                    enable_mixed_chunk=True),
                        "breakable-cap-24": PrefillCase(backend="breakable", capture_tokens=GRID,
                                                        backend_max_seq_len=24)}
 
@@ -257,21 +259,23 @@ def test_context_limit_ignored_by_tc_piecewise():
     PrefillCase(backend="full", capture_tokens=GRID, max_context_size=80),
     PrefillCase(backend="full", capture_tokens=GRID, max_context_size=32, fixed_context_metadata=False),
     PrefillCase(backend="tc_piecewise", capture_tokens=GRID, body="unannotated"),
-], ids=["beyond-table", "no-fixed-metadata", "unannotated-body"])
+    PrefillCase(backend="tc_piecewise", capture_tokens=GRID, enable_mixed_chunk=True),
+], ids=["beyond-table", "no-fixed-metadata", "unannotated-body", "mixed-chunk-on-tc-piecewise"])
 def test_refused_at_construction(case):
     """Bad configuration: a context limit the request table or the attention backend cannot honour, or a body
     whose dynamic dimensions SGLang cannot infer, is refused when the runner is built (ValueError), never served
-    wrongly later."""
+    wrongly later (ValueError, or the AssertionError the mixed-chunk check raises)."""
     layout = _layout()
     gap = layout.context_limit_gap() if case.max_context_size is not None else None
     if gap:
         pytest.skip(gap)
     expected = admission.refused_at_construction(case)
     with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=case.max_context_size,
-                 fixed_context_metadata=case.fixed_context_metadata, body=case.body) as ex:
+                 fixed_context_metadata=case.fixed_context_metadata, body=case.body,
+                 enable_mixed_chunk=case.enable_mixed_chunk) as ex:
         try:
             PrefillSession.get(case)
-        except ValueError as error:
+        except (ValueError, AssertionError) as error:
             ex.expected_error(f"{expected}: SGLang refused it ({str(error)[:160]})")
             return
         PrefillSession.close_current()
@@ -347,7 +351,7 @@ def replay_case(drawn: dict) -> None:
 
 # -- the live 0.5.23 prefill backends ------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["breakable", "full"])
-@suite_settings(gate_examples=10, shrink_in_gate=False)
+@suite_settings(gate_examples=6, shrink_in_gate=False)  # each example captures its own grid (~1 s)
 @given(data=st.data())
 def test_live_backends(backend, data):
     """breakable and full, chosen through the config as a server would; no torch.compile, so global_forward_mode

@@ -207,6 +207,16 @@ PATH_MUTANTS = {
         [(COMPILE, '            ann is torch.Tensor\n            or getattr(getattr(ann, "__args__", [None])[0], '
                    '"__name__", "") == "Tensor"\n', "            False\n")],
         "test_piecewise_forward_modes", "crash", ["No dynamic dims inferred"], []),
+    # mixed chunks: tc_piecewise (unpadded) accepted as a mixed-chunk backend.
+    "mixed_chunk_accepts_tc_piecewise": (
+        [(RUNNER, "            assert backend in (Backend.BREAKABLE, Backend.FULL), (",
+          "            assert backend in (Backend.BREAKABLE, Backend.FULL, Backend.TC_PIECEWISE), (")],
+        "test_refused_at_construction and mixed", "admission", ["built the runner", "mixed-chunk"], []),
+    # mixed chunks: the check reads the decode phase's backend, so a padded prefill backend is refused.
+    "mixed_chunk_reads_decode_phase": (
+        [(RUNNER, "            backend = get_exec().graph.cuda_graph_config.prefill.backend\n            assert",
+          "            backend = get_exec().graph.cuda_graph_config.decode.backend\n            assert")],
+        CONTEXT_LIMITS + " and full", "crash", ["Mixed chunk prefill requires", "disabled"], []),
 }
 
 

@@ -71,6 +71,7 @@ class PrefillCase:
     backend_max_seq_len: Optional[int] = None
     fixed_context_metadata: bool = True  # the attention backend plans fixed-extent metadata (max_context_size)
     body: str = "annotated"  # the model body's variant (`harness.models.prefill_model.BODIES`)
+    enable_mixed_chunk: bool = False  # `--enable-mixed-chunk`: decode requests ride in prefill batches (MIXED)
 
     def context_limit(self) -> Optional[int]:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;
