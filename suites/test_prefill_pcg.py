@@ -228,7 +228,7 @@ def test_context_limits(name, data):
     (`max_seq_len_override`), so a replay past the fixed extent drops cached tokens and shows in the numbers."""
     case = CONTEXT_LIMIT_CASES[name]
     layout = _layout()
-    gap = layout.backend_gap(case.backend, PrefillSession.device) or layout.context_limit_gap()
+    gap = layout.backend_gap(case.backend, PrefillSession.device) or layout.feature_gap(prefill.CONTEXT_LIMITS)
     if gap:
         pytest.skip(gap)
     batch = data.draw(draw.batches_near_context(GRID, case.context_limit()), label="batch")
@@ -241,8 +241,8 @@ def test_context_limit_ignored_by_tc_piecewise():
     """tc_piecewise drops max_context_size (SGLang warns: its metadata has no fixed extent), so a batch longer
     than it still replays the graphs."""
     layout = _layout()
-    if layout.context_limit_gap():
-        pytest.skip(layout.context_limit_gap())
+    if layout.feature_gap(prefill.CONTEXT_LIMITS):
+        pytest.skip(layout.feature_gap(prefill.CONTEXT_LIMITS))
     case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, max_context_size=8)
     batch = Batch((Request(1, (3, 5, 7, 9), prefix=20, history=tuple(range(10)) * 2),), _mode("EXTEND"),
                   _mode("EXTEND"))
@@ -266,7 +266,7 @@ def test_refused_at_construction(case):
     whose dynamic dimensions SGLang cannot infer, is refused when the runner is built (ValueError), never served
     wrongly later (ValueError, or the AssertionError the mixed-chunk check raises)."""
     layout = _layout()
-    gap = layout.context_limit_gap() if case.max_context_size is not None else None
+    gap = layout.feature_gap(prefill.CONTEXT_LIMITS) if case.max_context_size is not None else None
     if gap:
         pytest.skip(gap)
     expected = admission.refused_at_construction(case)
@@ -292,7 +292,7 @@ def test_execute_refuses_hidden_mode_above_capture(mode):
     """A caller that skips can_run_graph: `execute` itself refuses a batch asking for more hidden states than the
     capture keeps (a NULL capture: no speculative decoding, a generation model), naming the capture's mode."""
     layout = _layout()
-    gap = layout.backend_gap("full", PrefillSession.device) or layout.hidden_mode_guard_gap()
+    gap = layout.backend_gap("full", PrefillSession.device) or layout.feature_gap(prefill.EXECUTE_HIDDEN_GUARD)
     if gap:
         pytest.skip(gap)
     session = PrefillSession.get(PrefillCase(backend="full", capture_tokens=GRID))
@@ -316,8 +316,8 @@ def test_compile_pass_failure_names_backend_and_way_out():
     """A tc_piecewise compile pass that fails (an OOM inside it) surfaces as SGLang's capture-failure message:
     the cause, the backend, and the way out a tc_piecewise user has (the breakable backend)."""
     layout = _layout()
-    if layout.capture_failure_gap():
-        pytest.skip(layout.capture_failure_gap())
+    if layout.feature_gap(prefill.CAPTURE_FAILURE_MESSAGE):
+        pytest.skip(layout.feature_gap(prefill.CAPTURE_FAILURE_MESSAGE))
     case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, max_requests=7)  # a case of its own
     cause = "CUDA out of memory (injected into the compile pass by the harness)"
     with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, injected=cause):

@@ -12,6 +12,11 @@ import torch
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS
 
 BACKENDS = ("tc_piecewise", "breakable", "full")
+# Paths a release may lack, asked of a layout by name (`Layout.feature_gap`).
+CONTEXT_LIMITS = "fixed-context prefill graphs"
+EXECUTE_HIDDEN_GUARD = "execute's capture_hidden_mode check"
+CAPTURE_FAILURE_MESSAGE = "the prefill capture-failure message"
+FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,14 +48,9 @@ class Layout:
     def chunked_prefix_gap(self) -> Optional[str]:
         return self.target_class.chunked_prefix_gap()
 
-    def context_limit_gap(self) -> Optional[str]:
-        return self.target_class.context_limit_gap()
-
-    def hidden_mode_guard_gap(self) -> Optional[str]:
-        return self.target_class.hidden_mode_guard_gap()
-
-    def capture_failure_gap(self) -> Optional[str]:
-        return self.target_class.capture_failure_gap()
+    def feature_gap(self, feature: str) -> Optional[str]:
+        """Why this release cannot drive `feature` (one of `FEATURES`; None: it can)."""
+        return self.target_class.feature_gap(feature)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +187,8 @@ def make_attention_backend_class():
                            prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
             """KV[slots[t]] = x[t] (padding writes PAD_SLOT); output[t] = sum of the cached x over positions
             0..position(t) of token t's request, within the metadata's extent (positions past it are not read, as
-            a fixed-context backend's metadata ends there). With a chunked-prefix full graph's buffers (`prefix_*`, what the
+            a fixed-context backend's metadata ends there). With a chunked-prefix full graph's buffers
+            (`prefix_*`, what the
             captured body hands the op) the cached prefix is read through them, the new tokens through
             req_to_token."""
             t = x.shape[0]
@@ -330,24 +331,14 @@ class PrefillTarget:
         return f"the {cls.__module__} target drives no chunked-prefix capture"
 
     @classmethod
-    def context_limit_gap(cls) -> Optional[str]:
-        """Why this release's runner has no fixed-context prefill graphs (None: it has)."""
-        return f"the {cls.__module__} target drives no fixed-context prefill graphs"
+    def feature_gap(cls, feature: str) -> Optional[str]:
+        """Why this release's target cannot drive `feature` (one of `FEATURES`; None: it can)."""
+        return f"the {cls.__module__} target drives no {feature}"
 
     @classmethod
     def multimodal_gap(cls) -> Optional[str]:
         """Why this release's runner cannot take the multimodal model (None: it can)."""
         return f"the {cls.__module__} target builds no multimodal batches"
-
-    @classmethod
-    def hidden_mode_guard_gap(cls) -> Optional[str]:
-        """Why this release's `execute` has no capture_hidden_mode check of its own (None: it has)."""
-        return f"the {cls.__module__} target drives no direct execute"
-
-    @classmethod
-    def capture_failure_gap(cls) -> Optional[str]:
-        """Why this release has no tc_piecewise capture-failure message to check (None: it has)."""
-        return f"the {cls.__module__} target injects no compile-pass failure"
 
     def forward(self, batch: Batch):
         raise NotImplementedError

@@ -24,7 +24,8 @@ from harness.errors import PathMissing
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
-    Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
+    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, Batch, KvCache, Layout, PrefillCase, PrefillTarget,
+    build_forward_batch, make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
     can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context,
@@ -39,6 +40,10 @@ MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
 REQUIRED = (RUNNER_MODULE, TC_BACKEND_MODULE, "sglang.srt.compilation.compile", "sglang.srt.compilation.backend",
             "sglang.srt.compilation.cuda_piecewise_backend", COMPILE_PHASE_MODULE, CONFIG_MODULE, MODEL_RUNNER_MODULE)
+# feature -> (the runner class, or None for its module; the name the feature needs there)
+FEATURE_NAMES = {CONTEXT_LIMITS: ("PrefillCudaGraphRunner", "_validate_max_context_capacity"),
+                 EXECUTE_HIDDEN_GUARD: ("PrefillCudaGraphRunner", "_validate_capture_hidden_mode"),
+                 CAPTURE_FAILURE_MESSAGE: (None, "prefill_failure_msg")}
 NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'): the harness sets "
         "PhaseConfig.backend='tc_piecewise' directly and constructs TcPiecewiseCudaGraphBackend "
         "for the runner in place of resolve_prefill_backend")
@@ -265,21 +270,12 @@ class Target(PrefillTarget):
         return _runner_lacks("_prepare_chunked_prefix_capture", "chunked-prefix full capture")
 
     @classmethod
-    def context_limit_gap(cls) -> Optional[str]:
-        """Fixed-context prefill graphs (`--cuda-graph-prefill-max-context`) arrived in 0.5.2x."""
-        return _runner_lacks("_validate_max_context_capacity", "fixed-context prefill graphs")
-
-    @classmethod
-    def hidden_mode_guard_gap(cls) -> Optional[str]:
-        """`execute`'s own hidden-state check arrived in 0.5.2x."""
-        return _runner_lacks("_validate_capture_hidden_mode", "execute's capture_hidden_mode check")
-
-    @classmethod
-    def capture_failure_gap(cls) -> Optional[str]:
-        """The runner's capture-failure message (`prefill_failure_msg`) arrived in 0.5.2x."""
-        if hasattr(load(RUNNER_MODULE), "prefill_failure_msg"):
+    def feature_gap(cls, feature: str) -> Optional[str]:
+        """Each feature arrived in 0.5.2x with a runner name it needs (`FEATURE_NAMES`)."""
+        owner, name = FEATURE_NAMES[feature]
+        if hasattr(load(RUNNER_MODULE, owner) if owner else load(RUNNER_MODULE), name):
             return None
-        return f"SGLang {sglang_version()}: the prefill runner module has no prefill_failure_msg"
+        return f"SGLang {sglang_version()}: the prefill runner has no {name} ({feature})"
 
     @staticmethod
     def compile_pass_failing(cause: str):
