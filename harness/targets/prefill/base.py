@@ -16,7 +16,9 @@ BACKENDS = ("tc_piecewise", "breakable", "full")
 CONTEXT_LIMITS = "fixed-context prefill graphs"
 EXECUTE_HIDDEN_GUARD = "execute's capture_hidden_mode check"
 CAPTURE_FAILURE_MESSAGE = "the prefill capture-failure message"
-FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE)
+DEEPSTACK_WARMUP = "the Qwen3-VL deepstack warm-up"
+MIXED_CHUNK_CHECK = "the runner's mixed-chunk backend check"
+FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE, DEEPSTACK_WARMUP, MIXED_CHUNK_CHECK)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,8 +24,8 @@ from harness.errors import PathMissing
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
-    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, Batch, KvCache, Layout, PrefillCase, PrefillTarget,
-    build_forward_batch, make_attention_backend_class,
+    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, MIXED_CHUNK_CHECK, Batch, KvCache,
+    Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
     can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context,
@@ -40,10 +40,13 @@ MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
 REQUIRED = (RUNNER_MODULE, TC_BACKEND_MODULE, "sglang.srt.compilation.compile", "sglang.srt.compilation.backend",
             "sglang.srt.compilation.cuda_piecewise_backend", COMPILE_PHASE_MODULE, CONFIG_MODULE, MODEL_RUNNER_MODULE)
-# feature -> (the runner class, or None for its module; the name the feature needs there)
+# feature -> (the runner class, or None for its module; the name the feature needs there). MIXED_CHUNK_CHECK: a
+# name the constructor's source must read (it is a check inside __init__, not a name of its own).
 FEATURE_NAMES = {CONTEXT_LIMITS: ("PrefillCudaGraphRunner", "_validate_max_context_capacity"),
                  EXECUTE_HIDDEN_GUARD: ("PrefillCudaGraphRunner", "_validate_capture_hidden_mode"),
-                 CAPTURE_FAILURE_MESSAGE: (None, "prefill_failure_msg")}
+                 CAPTURE_FAILURE_MESSAGE: (None, "prefill_failure_msg"),
+                 DEEPSTACK_WARMUP: ("PrefillCudaGraphRunner", "run_dummy_multimodal_deepstack_forward"),
+                 MIXED_CHUNK_CHECK: ("PrefillCudaGraphRunner", "enable_mixed_chunk")}
 NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'): the harness sets "
         "PhaseConfig.backend='tc_piecewise' directly and constructs TcPiecewiseCudaGraphBackend "
         "for the runner in place of resolve_prefill_backend")
@@ -273,7 +276,11 @@ class Target(PrefillTarget):
     def feature_gap(cls, feature: str) -> Optional[str]:
         """Each feature arrived in 0.5.2x with a runner name it needs (`FEATURE_NAMES`)."""
         owner, name = FEATURE_NAMES[feature]
-        if hasattr(load(RUNNER_MODULE, owner) if owner else load(RUNNER_MODULE), name):
+        where = load(RUNNER_MODULE, owner) if owner else load(RUNNER_MODULE)
+        if feature == MIXED_CHUNK_CHECK:
+            if name in inspect.getsource(where.__init__):
+                return None
+        elif hasattr(where, name):
             return None
         return f"SGLang {sglang_version()}: the prefill runner has no {name} ({feature})"
 
