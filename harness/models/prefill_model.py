@@ -39,7 +39,13 @@ What it exercises, the way SGLang's own layers do:
 - Body variants (`BODIES`): "annotated" (the default above); "deepstack", a body that also takes Qwen3-VL's
   `input_deepstack_embeds` [T, 2 * NUM_DEEPSTACK] and adds its first 2 columns to h0 (h0[t] += d[t, :2]), with
   the outer model declaring `num_deepstack_embeddings`, so SGLang's deepstack warm-up applies to it;
-  "unannotated", a body whose forward has no annotations (SGLang cannot infer its dynamic dimensions).
+  "unannotated", a body whose forward has no annotations (SGLang cannot infer its dynamic dimensions);
+  "pipeline", a body ported from vLLM whose hidden states arrive from the previous pipeline stage as SGLang's
+  `IntermediateTensors` (`intermediate_tensors: Optional[IntermediateTensors] = None`): the outer model hands it
+  {"hidden_states": e} (e as above, computed outside the body) and the body reads e from it, so the numbers are
+  the annotated body's while SGLang must mark the residual's token dimension dynamic from that annotation;
+  "blocks", a body keeping its decoder layers under `h` (as GPT-2-style bodies do), which the breakable/full
+  backends cannot find (they capture the module that owns `layers`).
 """
 # No `from __future__ import annotations`: the body's annotations are the objects most SGLang model files hand
 # `install_torch_compiled` (the deepstack body below spells them as strings, as files with that import do).
@@ -174,6 +180,8 @@ class PrefillModel(nn.Module):
     """The transformer body (what SGLang's breakable/full backends capture and `install_torch_compiled`
     compiles): annotated tensor arguments, so SGLang infers the dynamic dimensions itself."""
 
+    LAYERS = "layers"  # the attribute holding the decoder layers
+
     def __init__(self, num_layers: int = NUM_LAYERS):
         super().__init__()
         self.layers = nn.ModuleList(PrefillLayer(i) for i in range(num_layers))
@@ -183,7 +191,7 @@ class PrefillModel(nn.Module):
         position = (positions.sum(dim=0) if positions.dim() == 2 else positions).to(torch.float32)
         embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
         h = embedded + torch.stack([torch.zeros_like(position), position], dim=-1)
-        for layer in self.layers:
+        for layer in getattr(self, self.LAYERS):
             h = layer(h, forward_batch)
         return h
 
@@ -207,7 +215,44 @@ class UnannotatedPrefillModel(PrefillModel):
         return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
 
 
-BODIES = {"annotated": PrefillModel, "deepstack": DeepstackPrefillModel, "unannotated": UnannotatedPrefillModel}
+class BlocksPrefillModel(PrefillModel):
+    """Decoder layers under `h`, not `layers` (GPT-2 style): same numbers."""
+
+    LAYERS = "h"
+
+    def __init__(self, num_layers: int = NUM_LAYERS):
+        super().__init__(num_layers)
+        self.h = self.layers
+        del self.layers
+
+
+def pipeline_body(num_layers: int = NUM_LAYERS) -> PrefillModel:
+    """The "pipeline" body (SGLang's IntermediateTensors is imported here: the annotation needs the object)."""
+    from sglang.srt.compilation.compile import IntermediateTensors
+
+    class PipelinePrefillModel(PrefillModel):
+        """Hidden states from the previous pipeline stage, as vLLM-ported models take them."""
+
+        def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                    input_embeds: Optional[torch.Tensor] = None,
+                    intermediate_tensors: Optional[IntermediateTensors] = None) -> torch.Tensor:
+            if intermediate_tensors is not None:
+                input_embeds = intermediate_tensors["hidden_states"]
+            return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
+
+    return PipelinePrefillModel(num_layers)
+
+
+def stage_input(input_ids: torch.Tensor, input_embeds: Optional[torch.Tensor]) -> dict:
+    """What the previous pipeline stage hands the "pipeline" body: its hidden states e (the embedding)."""
+    from sglang.srt.compilation.compile import IntermediateTensors
+
+    embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
+    return {"intermediate_tensors": IntermediateTensors({"hidden_states": embedded})}
+
+
+BODIES = {"annotated": PrefillModel, "deepstack": DeepstackPrefillModel, "unannotated": UnannotatedPrefillModel,
+          "pipeline": pipeline_body, "blocks": BlocksPrefillModel}
 NUM_DEEPSTACK = 1  # deepstack embeddings per token the "deepstack" body's outer model declares
 
 
@@ -224,6 +269,7 @@ class PrefillForCausalLM(nn.Module):
         self.model = BODIES[body](num_layers)
         if body == "deepstack":
             self.num_deepstack_embeddings = NUM_DEEPSTACK
+        self.from_previous_stage = body == "pipeline"
         self.embed = TokenEmbedding()
         self.is_mrope_enabled = multimodal
         self.register_buffer("lm_head", torch.arange(1, VOCAB + 1, dtype=torch.float32).repeat(HIDDEN, 1))
@@ -247,7 +293,8 @@ class PrefillForCausalLM(nn.Module):
             if forward_batch.input_embeds is not None:  # the graph's static slot: address-stable, as mm_utils does
                 forward_batch.input_embeds.copy_(input_embeds)
                 input_embeds = forward_batch.input_embeds
-        hidden = self.model(input_ids, positions, forward_batch, input_embeds=input_embeds)
+        stage = stage_input(input_ids, input_embeds) if self.from_previous_stage else {}
+        hidden = self.model(input_ids, positions, forward_batch, input_embeds=input_embeds, **stage)
         if forward_batch.forward_mode.is_decode_or_idle() or forward_batch.extend_seq_lens is None:
             last = torch.arange(forward_batch.batch_size, device=hidden.device)
         else:

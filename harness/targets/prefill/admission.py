@@ -44,10 +44,13 @@ def refused_at_construction(case: PrefillCase) -> Optional[str]:
     first); full with max_context_size 32 and an attention backend without fixed-context metadata -> unsupported
     (tc_piecewise drops the limit before that check, so it builds); tc_piecewise with the "unannotated" body ->
     no annotation to infer the compiled forward's dynamic dimensions from; tc_piecewise with enable_mixed_chunk
-    -> mixed chunks need a padded backend (breakable or full).
+    -> mixed chunks need a padded backend (breakable or full); breakable/full with the "blocks" body (decoder
+    layers under `h`) -> no module owning `layers` to capture.
     """
     if case.backend == "tc_piecewise" and case.enable_mixed_chunk:
         return "mixed-chunk prefill needs a padded prefill graph backend (breakable or full), not tc_piecewise"
+    if case.backend != "tc_piecewise" and case.body == "blocks":
+        return "the model body keeps its decoder layers under `h`: no module owning `layers` to capture"
     if case.backend == "tc_piecewise" and case.body == "unannotated":
         return "the model body's forward carries no annotations to infer its dynamic dimensions from"
     if case.max_context_size is not None and case.max_context_size > case.max_context:
