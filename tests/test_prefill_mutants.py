@@ -106,6 +106,20 @@ PATH_MUTANTS = {
     "input_embeds_slot_not_filled": (
         [(RUNNER, FILL_EMBEDS, FILL_EMBEDS + "        return\n")],
         MULTIMODAL, "eager-equality", ["not bit-equal to eager"], []),
+    # input_embeds: a text-only batch (no embeddings handed to the body) skips the refill from
+    # get_input_embeddings(), so the graph reads the embeddings the capture or an earlier batch left.
+    "text_batch_slot_not_refilled": (
+        [(RUNNER, "        if ie is None:\n            input_ids = layer_kwargs.get(\"input_ids\")\n",
+          "        if ie is None:\n            return\n")],
+        MULTIMODAL, "eager-equality", ["not bit-equal to eager"], []),
+    # input_embeds: the slot refilled only when the live batch carries embeddings (image batches, which admission
+    # sends eager anyway), never for text-only ones.
+    "slot_refilled_only_with_batch_embeds": (
+        [(RUNNER, '                and self.buffer_registry.has_slot("input_embeds")\n'
+                  "            ):\n                self._fill_input_embeds_slot(",
+          "                and forward_batch.input_embeds is not None\n"
+          "            ):\n                self._fill_input_embeds_slot(")],
+        MULTIMODAL, "eager-equality", ["not bit-equal to eager"], []),
     # admission: a batch carrying its own embeddings is let into the graphs, which embed token ids.
     "input_embeds_admitted": (
         [(RUNNER, "        if input_embeds is not None:\n            return False\n", "")],
@@ -221,6 +235,19 @@ PATH_MUTANTS = {
     "intermediate_tensors_not_marked": (
         [(COMPILE, '            getattr(obj, "tensors"), dict\n', '            getattr(obj, "tensors"), (list, tuple)\n')],
         PIPELINE, "no-recompile", ["compile pass traced"], []),
+    # layer-model resolution: the resolver hands back whatever module it reached, layers or not, so a body without
+    # `layers` is captured by breakable/full (or fails later, far from the cause).
+    "layer_model_unchecked": (
+        [(RUNNER, '    if not hasattr(layer_model, "layers"):\n        raise RuntimeError(',
+          '    if False:\n        raise RuntimeError(')],
+        "test_refused_at_construction and layerless", "admission", ["built the runner", "blocks"], []),
+    # layer-model resolution: any module with a forward taken as the layer model (the wrapper walk stops at once).
+    "layer_model_any_module": (
+        [(RUNNER, '    while not hasattr(layer_model, "layers") and hasattr(layer_model, "model"):\n',
+          '    while not hasattr(layer_model, "forward") and hasattr(layer_model, "model"):\n'),
+         (RUNNER, '    if not hasattr(layer_model, "layers"):\n        raise RuntimeError(',
+          '    if not hasattr(layer_model, "forward"):\n        raise RuntimeError(')],
+        "test_refused_at_construction and layerless", "admission", ["built the runner", "blocks"], []),
     # mixed chunks: tc_piecewise (unpadded) accepted as a mixed-chunk backend.
     "mixed_chunk_accepts_tc_piecewise": (
         [(RUNNER, "            assert backend in (Backend.BREAKABLE, Backend.FULL), (",

@@ -33,8 +33,9 @@ What it exercises, the way SGLang's own layers do:
   `forward_batch.global_forward_mode` (the batch-wide mode, as DeepSeek-V4's two-batch-overlap check reads it).
   Both mode code paths compute the same numbers, so a batch replayed under the wrong mode is numerically silent,
   exactly like known bug 2: Dynamo's guards on these two fields are what catch it.
-- The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, embeddings
-  computed outside the language model and handed to it as `input_embeds` (the batch's own for image requests).
+- The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, an image
+  batch's own embeddings handed to the language model as `input_embeds`, a text-only batch's ids alone (the body
+  embeds them; the breakable/full graphs read the input_embeds slot SGLang refills from `get_input_embeddings()`).
 - No LoRA adapters: the model has no LoRA layers (`supports_lora = False`).
 - Body variants (`BODIES`): "annotated" (the default above); "deepstack", a body that also takes Qwen3-VL's
   `input_deepstack_embeds` [T, 2 * NUM_DEEPSTACK] and adds its first 2 columns to h0 (h0[t] += d[t, :2]), with
@@ -281,17 +282,17 @@ class PrefillForCausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: Optional[torch.Tensor] = None, **kwargs):
-        """As SGLang's VLM wrappers (`general_mm_embed_routine`): mRoPE positions from the batch, embeddings
-        computed here (or the batch's) and copied into the batch's `input_embeds` buffer when it has one."""
+        """As SGLang's VLM wrappers: mRoPE positions from the batch; an image batch's own embeddings copied into
+        the batch's `input_embeds` buffer when it has one; a text-only batch handed to the body as ids alone."""
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
         if self.is_mrope_enabled:
             if forward_batch.mrope_positions is not None:
                 positions = forward_batch.mrope_positions
-            if input_embeds is None:
-                input_embeds = self.embed(input_ids)
-            if forward_batch.input_embeds is not None:  # the graph's static slot: address-stable, as mm_utils does
-                forward_batch.input_embeds.copy_(input_embeds)
+            # A text-only batch: the body embeds the ids itself (no embeddings handed over), so a graph that
+            # captured the input_embeds slot must have it refilled from get_input_embeddings() by the runner.
+            if input_embeds is not None and forward_batch.input_embeds is not None:
+                forward_batch.input_embeds.copy_(input_embeds)  # the graph's static slot: address-stable
                 input_embeds = forward_batch.input_embeds
         stage = stage_input(input_ids, input_embeds) if self.from_previous_stage else {}
         hidden = self.model(input_ids, positions, forward_batch, input_embeds=input_embeds, **stage)
