@@ -103,7 +103,7 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
 
 
 # -- the torch.compile piecewise path --------------------------------------------------------------------------
-@suite_settings(gate_examples=145, shrink_in_gate=False)  # paying for test_pipeline_stage_body's capture
+@suite_settings(gate_examples=138, shrink_in_gate=False)  # paying for the pipeline-body and captured-metadata captures
 @given(data=st.data())
 # Pinned: known bug 2's trigger, a mixed batch (a decoding request beside a prefill chunk) in MIXED mode.
 @explicit(data=None)
@@ -385,6 +385,22 @@ def test_live_backends(backend, data):
     num_tokens = data.draw(draw.replay_num_tokens(grid), label="num_tokens")
     batch = data.draw(draw.batches(num_tokens, local, data.draw(draw.global_forward_modes())), label="batch")
     with example("prefill_pcg", capture_tokens=grid, backend=backend, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+@suite_settings(gate_examples=4, shrink_in_gate=False)
+@given(data=st.data())
+def test_breakable_captured_attn_metadata(data):
+    """breakable with an attention backend that opts into SGLang's captured-metadata contract: each bucket's
+    metadata is built at capture and refreshed in place from the live batch at replay; the attention reads that
+    bucket's tables, so a replay computing with the capture's (or another batch's) metadata shows in the numbers."""
+    gap = _layout().backend_gap("breakable", PrefillSession.device)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, captured_attn_metadata=True)
+    batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", captured_attn_metadata=True,
+                 **draw.describe(batch)) as ex:
         run_example(ex, PrefillSession.get(case), batch)
 
 

@@ -78,6 +78,7 @@ MULTIMODAL = "test_multimodal_inputs"
 CONTEXT_LIMITS = "test_context_limits"
 CAPTURE_FAILURE = "test_compile_pass_failure_names_backend_and_way_out"
 PIPELINE = "test_pipeline_stage_body"
+CAPTURED_METADATA = "test_breakable_captured_attn_metadata"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
                 torch.int64,
@@ -136,6 +137,21 @@ PATH_MUTANTS = {
         [(RUNNER, "        if return_logprob and not self._uses_eager_prefill_tail():",
           "        if return_logprob and self._uses_eager_prefill_tail() is None:")],
         MULTIMODAL, "admission", ["return_logprob"], ['"return_logprob": true']),
+    # captured attention metadata: the replay skips the in-place refresh, so the attention reads the tables the
+    # capture (or an earlier replay) left for that bucket.
+    "captured_metadata_not_refreshed": (
+        [(RUNNER, "            attn_backend.prepare_forward_metadata_for_breakable_cuda_graph_replay(\n"
+                  "                metadata,\n                forward_batch,\n"
+                  "                static_forward_batch=static_forward_batch,\n            )\n", "")],
+        CAPTURED_METADATA, "eager-equality", ["not bit-equal to eager"], []),
+    # captured attention metadata: the capture takes the generic eager init, so no bucket's metadata is stashed
+    # for the replay to refresh.
+    "captured_metadata_not_stashed": (
+        [(RUNNER, "            if not self.use_captured_attn_metadata:\n"
+                  "                attn_backend.init_forward_metadata(forward_batch)\n                return\n",
+          "            if True:\n                attn_backend.init_forward_metadata(forward_batch)\n"
+          "                return\n")],
+        CAPTURED_METADATA, "crash", ["ShapeKey"], []),
     # chunked prefix: an off-by-one in the chunk lengths, so every full chunk drops its last cached token.
     "prefix_chunk_len_off_by_one": (
         [(RUNNER, "            min=0, max=self._prefix_chunk_len\n", "            min=0, max=self._prefix_chunk_len - 1\n")],
@@ -240,14 +256,14 @@ PATH_MUTANTS = {
     "layer_model_unchecked": (
         [(RUNNER, '    if not hasattr(layer_model, "layers"):\n        raise RuntimeError(',
           '    if False:\n        raise RuntimeError(')],
-        "test_refused_at_construction and layerless", "admission", ["built the runner", "blocks"], []),
+        "test_refused_at_construction and layerless", "admission", ["built the runner", "layers under `h`"], ["blocks"]),
     # layer-model resolution: any module with a forward taken as the layer model (the wrapper walk stops at once).
     "layer_model_any_module": (
         [(RUNNER, '    while not hasattr(layer_model, "layers") and hasattr(layer_model, "model"):\n',
           '    while not hasattr(layer_model, "forward") and hasattr(layer_model, "model"):\n'),
          (RUNNER, '    if not hasattr(layer_model, "layers"):\n        raise RuntimeError(',
           '    if not hasattr(layer_model, "forward"):\n        raise RuntimeError(')],
-        "test_refused_at_construction and layerless", "admission", ["built the runner", "blocks"], []),
+        "test_refused_at_construction and layerless", "admission", ["built the runner", "layers under `h`"], ["blocks"]),
     # mixed chunks: tc_piecewise (unpadded) accepted as a mixed-chunk backend.
     "mixed_chunk_accepts_tc_piecewise": (
         [(RUNNER, "            assert backend in (Backend.BREAKABLE, Backend.FULL), (",

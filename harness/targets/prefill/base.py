@@ -74,6 +74,9 @@ class PrefillCase:
     fixed_context_metadata: bool = True  # the attention backend plans fixed-extent metadata (max_context_size)
     body: str = "annotated"  # the model body's variant (`harness.models.prefill_model.BODIES`)
     enable_mixed_chunk: bool = False  # `--enable-mixed-chunk`: decode requests ride in prefill batches (MIXED)
+    # breakable only: the attention backend opts into SGLang's captured-metadata contract (per-bucket metadata
+    # built at capture, refreshed in place at replay)
+    captured_attn_metadata: bool = False
 
     def context_limit(self) -> Optional[int]:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;
@@ -137,15 +140,34 @@ def make_attention_backend_class():
             self.token_to_kv_pool = None
             self.forward_metadata = None
             self.metadata_inits = 0
-            max_tokens, device = kv.num_slots, kv.device
-            self.token_row = torch.zeros(max_tokens, dtype=torch.int64, device=device)
-            self.token_position = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
-            self.token_request = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # index in the batch
-            self.token_prefix = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # its request's prefix
-            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
-            # Columns of req_to_token the metadata covers: the batch's max_seq_len_override (a fixed-context graph's
-            # extent) or the whole table; a capture-stable buffer, refreshed out of graph for every batch.
-            self.extent = torch.tensor(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
+            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=kv.device)
+            self.tables = self._new_tables()  # what the attention reads: the current batch's metadata
+
+        def _new_tables(self) -> SimpleNamespace:
+            """Capture-stable per-token metadata buffers: the token's req_to_token row, its position (-1:
+            padding), its request's index in the batch and cached prefix; `extent`, the columns of req_to_token
+            the metadata covers (the batch's max_seq_len_override, a fixed-context graph's extent, or all)."""
+            max_tokens, device = self.kv.num_slots, self.kv.device
+            return SimpleNamespace(
+                token_row=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+                token_position=torch.full((max_tokens,), -1, dtype=torch.int64, device=device),
+                token_request=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+                token_prefix=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+                extent=torch.tensor(self.kv.req_to_token.shape[1], dtype=torch.int64, device=device))
+
+        # The captured-metadata contract (`use_captured_forward_metadata_for_breakable_cuda_graph`, as hybrid
+        # linear attention opts in): each captured bucket gets tables of its own, which the replay refreshes in
+        # place from the live batch; the attention then reads that bucket's tables, so a replay that skips the
+        # refresh or hands another bucket's tables computes with another batch's metadata.
+        def init_forward_metadata_for_breakable_cuda_graph_capture(self, forward_batch) -> SimpleNamespace:
+            self.tables = self._new_tables()
+            self.init_forward_metadata_out_graph(forward_batch)
+            return self.tables
+
+        def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, metadata, forward_batch,
+                                                                    static_forward_batch=None) -> None:
+            self.tables = metadata
+            self.init_forward_metadata_out_graph(forward_batch)
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
             pass
@@ -171,18 +193,17 @@ def make_attention_backend_class():
                 token_position += range(seq_len - count, seq_len)
                 token_request += [index] * count
                 token_prefix += [seq_len - count] * count
-            n = len(token_row)
-            self.token_row.zero_()
-            self.token_position.fill_(-1)
-            self.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
-            self.token_prefix.zero_()
-            if n:
-                self.token_row[:n] = torch.tensor(token_row, dtype=torch.int64, device=self.kv.device)
-                self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64, device=self.kv.device)
-                self.token_request[:n] = torch.tensor(token_request, dtype=torch.int64, device=self.kv.device)
-                self.token_prefix[:n] = torch.tensor(token_prefix, dtype=torch.int64, device=self.kv.device)
+            n, tables = len(token_row), self.tables
+            tables.token_row.zero_()
+            tables.token_position.fill_(-1)
+            tables.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
+            tables.token_prefix.zero_()
+            for name, values in (("token_row", token_row), ("token_position", token_position),
+                                 ("token_request", token_request), ("token_prefix", token_prefix)):
+                if n:
+                    getattr(tables, name)[:n] = torch.tensor(values, dtype=torch.int64, device=self.kv.device)
             override = getattr(forward_batch, "max_seq_len_override", None)
-            self.extent.fill_(self.kv.req_to_token.shape[1] if override is None else override)
+            tables.extent.fill_(self.kv.req_to_token.shape[1] if override is None else override)
             self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
 
         def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
@@ -193,20 +214,20 @@ def make_attention_backend_class():
             (`prefix_*`, what the
             captured body hands the op) the cached prefix is read through them, the new tokens through
             req_to_token."""
-            t = x.shape[0]
+            t, tables = x.shape[0], self.tables
             values = self.kv.values[layer_id]
             values.index_copy_(0, slots[:t].to(torch.int64), x)
             values[PAD_SLOT].zero_()
-            slots = self.kv.req_to_token.index_select(0, self.token_row[:t]).to(torch.int64)  # (t, context)
-            visible = self.context.unsqueeze(0) <= self.token_position[:t].unsqueeze(1)  # (t, context)
-            visible = visible & (self.context < self.extent).unsqueeze(0)
+            slots = self.kv.req_to_token.index_select(0, tables.token_row[:t]).to(torch.int64)  # (t, context)
+            visible = self.context.unsqueeze(0) <= tables.token_position[:t].unsqueeze(1)  # (t, context)
+            visible = visible & (self.context < tables.extent).unsqueeze(0)
             if prefix_kv_indices:  # the prefix comes from SGLang's chunk buffers, not req_to_token
-                visible = visible & (self.context.unsqueeze(0) >= self.token_prefix[:t].unsqueeze(1))
+                visible = visible & (self.context.unsqueeze(0) >= tables.token_prefix[:t].unsqueeze(1))
             gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
             output.copy_((gathered * visible.unsqueeze(-1)).sum(dim=1))
             if prefix_kv_indices:
                 sums = self._prefix_sums(values, prefix_kv_indices, prefix_cu_seq_lens)
-                output.add_(sums.index_select(0, self.token_request[:t]))
+                output.add_(sums.index_select(0, tables.token_request[:t]))
 
         @staticmethod
         def _prefix_sums(values: torch.Tensor, kv_indices, cu_seq_lens: torch.Tensor) -> torch.Tensor:

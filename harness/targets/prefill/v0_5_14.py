@@ -231,6 +231,7 @@ class Target(PrefillTarget):
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.attn_backend.prefill_cuda_graph_default_max_seq_len = case.backend_max_seq_len
         self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
+        self.attn_backend.use_captured_forward_metadata_for_breakable_cuda_graph = case.captured_attn_metadata
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
             EagerRunner = load(EAGER_RUNNER_MODULE, "EagerRunner")
