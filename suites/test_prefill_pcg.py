@@ -103,7 +103,7 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
 
 
 # -- the torch.compile piecewise path --------------------------------------------------------------------------
-@suite_settings(gate_examples=138, shrink_in_gate=False)  # paying for the pipeline-body and captured-metadata captures
+@suite_settings(gate_examples=130, shrink_in_gate=False)  # paying for the captures of the body/wrapper variants
 @given(data=st.data())
 # Pinned: known bug 2's trigger, a mixed batch (a decoding request beside a prefill chunk) in MIXED mode.
 @explicit(data=None)
@@ -401,6 +401,21 @@ def test_breakable_captured_attn_metadata(data):
     batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
     with example("prefill_pcg", capture_tokens=GRID, backend="breakable", captured_attn_metadata=True,
                  **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+@pytest.mark.parametrize("backend", ["breakable", "full"])
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(data=st.data())
+def test_vlm_wrapper_layer_model(backend, data):
+    """The causal LM behind a VLM-style `language_model` wrapper: breakable/full capture the body SGLang finds by
+    walking language_model -> .model to the module owning `layers`; the numbers are the unwrapped model's."""
+    gap = _layout().backend_gap(backend, PrefillSession.device)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend=backend, capture_tokens=GRID, wrapped=True)
+    batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=backend, wrapped=True, **draw.describe(batch)) as ex:
         run_example(ex, PrefillSession.get(case), batch)
 
 

@@ -79,6 +79,7 @@ CONTEXT_LIMITS = "test_context_limits"
 CAPTURE_FAILURE = "test_compile_pass_failure_names_backend_and_way_out"
 PIPELINE = "test_pipeline_stage_body"
 CAPTURED_METADATA = "test_breakable_captured_attn_metadata"
+WRAPPER = "test_vlm_wrapper_layer_model"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
                 torch.int64,
@@ -264,6 +265,21 @@ PATH_MUTANTS = {
          (RUNNER, '    if not hasattr(layer_model, "layers"):\n        raise RuntimeError(',
           '    if not hasattr(layer_model, "forward"):\n        raise RuntimeError(')],
         "test_refused_at_construction and layerless", "admission", ["built the runner", "layers under `h`"], ["blocks"]),
+    # layer-model resolution: the wrapper walk is gone, so a VLM wrapper's causal LM (no `layers` of its own)
+    # cannot be captured by breakable/full.
+    "layer_model_wrapper_not_walked": (
+        [(RUNNER, '    while not hasattr(layer_model, "layers") and hasattr(layer_model, "model"):\n',
+          "    while False:\n")],
+        WRAPPER, "crash", ["without layers"], []),
+    # layer-model resolution: the walk follows `language_model`, not `.model`, and stops at the causal LM.
+    "layer_model_walks_language_model": (
+        [(RUNNER, '    while not hasattr(layer_model, "layers") and hasattr(layer_model, "model"):\n'
+                  "        obj_id = id(layer_model)\n        if obj_id in seen:\n            break\n"
+                  "        seen.add(obj_id)\n        layer_model = layer_model.model\n",
+          '    while not hasattr(layer_model, "layers") and hasattr(layer_model, "language_model"):\n'
+          "        obj_id = id(layer_model)\n        if obj_id in seen:\n            break\n"
+          "        seen.add(obj_id)\n        layer_model = layer_model.language_model\n")],
+        WRAPPER, "crash", ["without layers"], []),
     # mixed chunks: tc_piecewise (unpadded) accepted as a mixed-chunk backend.
     "mixed_chunk_accepts_tc_piecewise": (
         [(RUNNER, "            assert backend in (Backend.BREAKABLE, Backend.FULL), (",

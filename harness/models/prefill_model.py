@@ -102,6 +102,11 @@ def bind_sglang_hooks(*, attn_backend=None, in_breakable=None, eager_on_graph=No
             _hooks[name] = value
 
 
+def in_breakable_graph() -> bool:
+    """Whether a breakable-graph capture/replay is running (the bound release's answer)."""
+    return _hooks["in_breakable"]()
+
+
 def _attention_kernel(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
                       prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
     """The attention body: writes x at `slots`, reads the metadata the attention backend prepared for this batch
@@ -157,7 +162,7 @@ class PrefillLayer(nn.Module):
         # attributes; absent elsewhere): attention reads the cached prefix through them, as real backends do.
         prefix = (list(getattr(forward_batch, "prefix_chunk_kv_indices", None) or ()),
                   getattr(forward_batch, "prefix_chunk_cu_seq_lens", None))
-        if breakable is not None and _hooks["in_breakable"]():
+        if breakable is not None and in_breakable_graph():
             breakable(x, output, slots, self.layer_id, *prefix)
         else:
             op(x, output, slots, self.layer_id, *prefix)
@@ -301,6 +306,28 @@ class PrefillForCausalLM(nn.Module):
         else:
             last = forward_batch.extend_start_loc + forward_batch.extend_seq_lens - 1
         return LogitsProcessorOutput(next_token_logits=hidden[last] @ self.lm_head)
+
+
+class PrefillForConditionalGeneration(nn.Module):
+    """A VLM-style wrapper (as Qwen2-VL's): the causal LM behind `language_model` and no `model` of its own, so
+    SGLang's breakable/full backends must walk language_model -> .model to the body that owns `layers`. Same
+    numbers as the causal LM it wraps."""
+
+    supports_lora = False
+    shared_experts_config = None
+
+    def __init__(self, **causal_lm):
+        super().__init__()
+        self.language_model = PrefillForCausalLM(**causal_lm)
+        self.is_mrope_enabled = self.language_model.is_mrope_enabled
+        self.quant_config = None
+
+    def get_input_embeddings(self):
+        return self.language_model.get_input_embeddings()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                input_embeds: Optional[torch.Tensor] = None, **kwargs):
+        return self.language_model(input_ids, positions, forward_batch, input_embeds=input_embeds, **kwargs)
 
 
 def initial_hidden(tokens: Sequence[int], embeds: Optional[Sequence[Sequence[float]]] = None,

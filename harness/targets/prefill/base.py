@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import torch
 
-from harness.models.prefill_model import HIDDEN, NUM_LAYERS
+from harness.models.prefill_model import HIDDEN, NUM_LAYERS, in_breakable_graph
 
 BACKENDS = ("tc_piecewise", "breakable", "full")
 # Paths a release may lack, asked of a layout by name (`Layout.feature_gap`).
@@ -77,6 +77,7 @@ class PrefillCase:
     # breakable only: the attention backend opts into SGLang's captured-metadata contract (per-bucket metadata
     # built at capture, refreshed in place at replay)
     captured_attn_metadata: bool = False
+    wrapped: bool = False  # the causal LM behind a VLM-style `language_model` wrapper (no `model` of its own)
 
     def context_limit(self) -> Optional[int]:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;
@@ -142,6 +143,7 @@ def make_attention_backend_class():
             self.metadata_inits = 0
             self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=kv.device)
             self.tables = self._new_tables()  # what the attention reads: the current batch's metadata
+            self.bucket_tables: dict = {}  # captured-metadata contract only: token count -> that bucket's tables
 
         def _new_tables(self) -> SimpleNamespace:
             """Capture-stable per-token metadata buffers: the token's req_to_token row, its position (-1:
@@ -156,18 +158,22 @@ def make_attention_backend_class():
                 extent=torch.tensor(self.kv.req_to_token.shape[1], dtype=torch.int64, device=device))
 
         # The captured-metadata contract (`use_captured_forward_metadata_for_breakable_cuda_graph`, as hybrid
-        # linear attention opts in): each captured bucket gets tables of its own, which the replay refreshes in
-        # place from the live batch; the attention then reads that bucket's tables, so a replay that skips the
-        # refresh or hands another bucket's tables computes with another batch's metadata.
+        # linear attention opts in): each captured bucket (token count) gets tables of its own, which the replay
+        # refreshes in place from the live batch; inside a breakable graph the attention reads its bucket's
+        # tables, so a replay that skips the refresh computes with the capture's or an earlier batch's metadata.
         def init_forward_metadata_for_breakable_cuda_graph_capture(self, forward_batch) -> SimpleNamespace:
-            self.tables = self._new_tables()
-            self.init_forward_metadata_out_graph(forward_batch)
-            return self.tables
+            tables = self.bucket_tables[int(forward_batch.input_ids.shape[0])] = self._new_tables()
+            self._write_tables(forward_batch, tables)
+            return tables
 
         def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, metadata, forward_batch,
                                                                     static_forward_batch=None) -> None:
-            self.tables = metadata
-            self.init_forward_metadata_out_graph(forward_batch)
+            self._write_tables(forward_batch, metadata)
+
+        def _tables_for(self, num_tokens: int) -> SimpleNamespace:
+            if self.bucket_tables and in_breakable_graph():
+                return self.bucket_tables[num_tokens]
+            return self.tables
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
             pass
@@ -179,6 +185,9 @@ def make_attention_backend_class():
             self.init_forward_metadata_out_graph(forward_batch)
 
         def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+            self._write_tables(forward_batch, self.tables)
+
+        def _write_tables(self, forward_batch, tables: SimpleNamespace) -> None:
             self.metadata_inits += 1
             bs = forward_batch.batch_size
             rows = [int(r) for r in forward_batch.req_pool_indices[:bs].tolist()]
@@ -193,7 +202,7 @@ def make_attention_backend_class():
                 token_position += range(seq_len - count, seq_len)
                 token_request += [index] * count
                 token_prefix += [seq_len - count] * count
-            n, tables = len(token_row), self.tables
+            n = len(token_row)
             tables.token_row.zero_()
             tables.token_position.fill_(-1)
             tables.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
@@ -214,7 +223,8 @@ def make_attention_backend_class():
             (`prefix_*`, what the
             captured body hands the op) the cached prefix is read through them, the new tokens through
             req_to_token."""
-            t, tables = x.shape[0], self.tables
+            t = x.shape[0]
+            tables = self._tables_for(t)
             values = self.kv.values[layer_id]
             values.index_copy_(0, slots[:t].to(torch.int64), x)
             values[PAD_SLOT].zero_()

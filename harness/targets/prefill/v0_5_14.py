@@ -21,7 +21,7 @@ from unittest import mock
 import torch
 
 from harness.errors import PathMissing
-from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
+from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, PrefillForConditionalGeneration
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
     CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, MIXED_CHUNK_CHECK, Batch, KvCache,
@@ -227,7 +227,8 @@ class Target(PrefillTarget):
         self.server_args = publish_config(case, device)
         ensure_tp_group()
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
-        self.model = PrefillForCausalLM(multimodal=case.multimodal, body=case.body).to(device)
+        model_class = PrefillForConditionalGeneration if case.wrapped else PrefillForCausalLM
+        self.model = model_class(multimodal=case.multimodal, body=case.body).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.attn_backend.prefill_cuda_graph_default_max_seq_len = case.backend_max_seq_len
         self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
