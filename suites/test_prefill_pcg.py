@@ -419,6 +419,32 @@ def test_vlm_wrapper_layer_model(backend, data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+MHA_BATCHES = {"fresh": Batch((Request(1, (3, 5)), Request(2, (4, 6, 1))), _mode("EXTEND"), _mode("EXTEND")),
+               "fresh-and-chunk": Batch((Request(1, (3, 5)), Request(2, (4, 6), prefix=2, history=(1, 2))),
+                                        _mode("EXTEND"), _mode("EXTEND")),
+               "decoding": Batch((Request(1, (7,), prefix=3, history=(1, 2, 3)),), _mode("MIXED"), _mode("MIXED"))}
+
+
+@pytest.mark.parametrize("name", sorted(MHA_BATCHES))
+def test_breakable_mha_companion_prefix(name):
+    """breakable with MHA companion layers (an MLA model's) off CUDA: a batch with any cached prefix must run
+    eager (the companion's prefix path is uncapturable), a fresh one replays (explicit batches, one capture)."""
+    if PrefillSession.device != "cpu":
+        pytest.skip("on CUDA the runner captures the MHA companion's prefix path; the rule is the off-CUDA one")
+    gap = _layout().backend_gap("breakable", PrefillSession.device)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, mha_companion=True)
+    batch = MHA_BATCHES[name]
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", mha_companion=True,
+                 **draw.describe(batch)) as ex:
+        outcome = run_example(ex, PrefillSession.get(case), batch)
+        expected = "eager" if admission.must_run_eager(case, batch) else "graph"
+        if outcome.path != expected:
+            raise OracleFailure("admission", f"the {name} batch ran {outcome.path} on breakable with MHA companion "
+                                f"layers, expected {expected}", batch=name)
+
+
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------
 def run_finding(case: PrefillCase, batch: Batch) -> None:
     with example("prefill_pcg_findings", capture_tokens=case.capture_tokens, backend=case.backend,

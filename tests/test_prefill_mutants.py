@@ -80,6 +80,7 @@ CAPTURE_FAILURE = "test_compile_pass_failure_names_backend_and_way_out"
 PIPELINE = "test_pipeline_stage_body"
 CAPTURED_METADATA = "test_breakable_captured_attn_metadata"
 WRAPPER = "test_vlm_wrapper_layer_model"
+MHA_COMPANION = "test_breakable_mha_companion_prefix"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
                 torch.int64,
@@ -280,6 +281,19 @@ PATH_MUTANTS = {
           "        obj_id = id(layer_model)\n        if obj_id in seen:\n            break\n"
           "        seen.add(obj_id)\n        layer_model = layer_model.language_model\n")],
         WRAPPER, "crash", ["without layers"], []),
+    # MHA companion: only batches whose every request has a cached prefix refused, so a fresh request beside a
+    # chunk replays the uncapturable prefix path.
+    "mha_companion_all_prefixes": (
+        [(RUNNER, "            and prefix_lens is not None\n            and any(prefix_lens)\n",
+          "            and prefix_lens is not None\n            and all(prefix_lens)\n")],
+        MHA_COMPANION, "admission", ["cached prefix", "can_run_graph must send it to eager"], []),
+    # MHA companion: the check reads the device the wrong way round (off CUDA treated as CUDA).
+    "mha_companion_device_reversed": (
+        [(RUNNER, "            and self.has_mha_companion_layers\n            and not is_cuda()\n"
+                  "            and prefix_lens is not None\n",
+          "            and self.has_mha_companion_layers\n            and is_cuda()\n"
+                  "            and prefix_lens is not None\n")],
+        MHA_COMPANION, "admission", ["cached prefix", "MHA companion"], []),
     # mixed chunks: tc_piecewise (unpadded) accepted as a mixed-chunk backend.
     "mixed_chunk_accepts_tc_piecewise": (
         [(RUNNER, "            assert backend in (Backend.BREAKABLE, Backend.FULL), (",

@@ -14,7 +14,8 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
     Examples, grid (4, 8, 16): 17 tokens -> beyond the largest capture; an image request's own embeddings ->
     input_embeds; capture_hidden_mode FULL -> more hidden states than the NULL capture keeps; return_logprob on
     tc_piecewise -> no eager logits tail; a request of 30 cached + 4 new tokens under max_context_size 32 -> a
-    context beyond the limit; a full backend with 4 request slots and 5 requests -> too many requests.
+    context beyond the limit; a full backend with 4 request slots and 5 requests -> too many requests; breakable
+    with MHA companion layers (virtual device) and any request with a cached prefix -> the companion's prefix path.
     """
     largest = max(case.capture_tokens)
     if batch.num_tokens > largest:
@@ -31,6 +32,9 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
     if limit is not None and longest > limit:
         return (f"its longest context ({longest} tokens, cached prefix + new) exceeds the graphs' context limit "
                 f"({limit}: max_context_size / the attention backend's max_seq_len)")
+    if case.backend == "breakable" and case.mha_companion and any(r.prefix for r in batch.requests):
+        return ("a request has a cached prefix and the MHA companion's prefix path cannot be captured by a "
+                "breakable graph off CUDA")
     if case.backend == "full" and len(batch.requests) > case.full_prefill_max_req:
         return (f"its {len(batch.requests)} requests exceed the full graph's {case.full_prefill_max_req} request "
                 "slots (full_prefill_max_req)")

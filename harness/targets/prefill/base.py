@@ -78,6 +78,9 @@ class PrefillCase:
     # built at capture, refreshed in place at replay)
     captured_attn_metadata: bool = False
     wrapped: bool = False  # the causal LM behind a VLM-style `language_model` wrapper (no `model` of its own)
+    # breakable, virtual device only: the attention layers have MHA companions (an MLA model's), whose prefix path
+    # a breakable graph off CUDA cannot capture
+    mha_companion: bool = False
 
     def context_limit(self) -> Optional[int]:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;
