@@ -81,6 +81,7 @@ PIPELINE = "test_pipeline_stage_body"
 CAPTURED_METADATA = "test_breakable_captured_attn_metadata"
 WRAPPER = "test_vlm_wrapper_layer_model"
 MHA_COMPANION = "test_breakable_mha_companion_prefix"
+LAYERLESS = "test_refused_at_construction and layerless"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
                 torch.int64,
@@ -251,21 +252,22 @@ PATH_MUTANTS = {
     # dynamic dimensions: the duck-typed check misses SGLang's IntermediateTensors (a dict of tensors), so its
     # tensors are never marked dynamic although the annotation names them.
     "intermediate_tensors_not_marked": (
-        [(COMPILE, '            getattr(obj, "tensors"), dict\n', '            getattr(obj, "tensors"), (list, tuple)\n')],
+        [(COMPILE, '            getattr(obj, "tensors"), dict\n',
+          '            getattr(obj, "tensors"), (list, tuple)\n')],
         PIPELINE, "no-recompile", ["compile pass traced"], []),
     # layer-model resolution: the resolver hands back whatever module it reached, layers or not, so a body without
     # `layers` is captured by breakable/full (or fails later, far from the cause).
     "layer_model_unchecked": (
         [(RUNNER, '    if not hasattr(layer_model, "layers"):\n        raise RuntimeError(',
           '    if False:\n        raise RuntimeError(')],
-        "test_refused_at_construction and layerless", "admission", ["built the runner", "layers under `h`"], ["blocks"]),
+        LAYERLESS, "admission", ["built the runner", "layers under `h`"], ["blocks"]),
     # layer-model resolution: any module with a forward taken as the layer model (the wrapper walk stops at once).
     "layer_model_any_module": (
         [(RUNNER, '    while not hasattr(layer_model, "layers") and hasattr(layer_model, "model"):\n',
           '    while not hasattr(layer_model, "forward") and hasattr(layer_model, "model"):\n'),
          (RUNNER, '    if not hasattr(layer_model, "layers"):\n        raise RuntimeError(',
           '    if not hasattr(layer_model, "forward"):\n        raise RuntimeError(')],
-        "test_refused_at_construction and layerless", "admission", ["built the runner", "layers under `h`"], ["blocks"]),
+        LAYERLESS, "admission", ["built the runner", "layers under `h`"], ["blocks"]),
     # layer-model resolution: the wrapper walk is gone, so a VLM wrapper's causal LM (no `layers` of its own)
     # cannot be captured by breakable/full.
     "layer_model_wrapper_not_walked": (

@@ -193,7 +193,9 @@ def make_attention_backend_class():
         def _write_tables(self, forward_batch, tables: SimpleNamespace) -> None:
             self.metadata_inits += 1
             bs = forward_batch.batch_size
-            rows = [int(r) for r in forward_batch.req_pool_indices[:bs].tolist()]
+            host_rows = getattr(forward_batch, "req_pool_indices_cpu", None)  # planned from the host copy
+            pool_rows = forward_batch.req_pool_indices if host_rows is None else host_rows
+            rows = [int(r) for r in pool_rows[:bs].tolist()]
             seq_lens = [int(s) for s in forward_batch.seq_lens[:bs].tolist()]
             if forward_batch.extend_seq_lens is not None and not forward_batch.forward_mode.is_decode_or_idle():
                 new = [int(n) for n in forward_batch.extend_seq_lens[:bs].tolist()]
@@ -333,6 +335,8 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bo
         input_embeds=(torch.tensor(embeds, dtype=torch.float32, device=kv.device).reshape(-1, 2)
                       if any(r.embeds is not None for r in batch.requests) else None),
     )
+    if hasattr(forward_batch, "req_pool_indices_cpu"):  # 0.5.2x: the scheduler's host copy, which planning reads
+        forward_batch.req_pool_indices_cpu = torch.tensor([r.row for r in batch.requests], dtype=torch.int64)
     if translator is not None and hasattr(translator, "own_plan"):
         # what ForwardBatch.init_new does from 0.5.2x: the iteration's KV write plan
         translator.own_plan(forward_batch).bind(forward_batch, translator)
