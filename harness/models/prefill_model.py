@@ -43,7 +43,8 @@ What it exercises, the way SGLang's own layers do:
   "unannotated", a body whose forward has no annotations (SGLang cannot infer its dynamic dimensions);
   "pipeline", a body ported from vLLM whose hidden states arrive from the previous pipeline stage as SGLang's
   `IntermediateTensors` (`intermediate_tensors: Optional[IntermediateTensors] = None`): the outer model hands it
-  {"hidden_states": e} (e as above, computed outside the body) and the body reads e from it, so the numbers are
+  {"hidden_states": e} (e as above, computed outside the body into an address-stable receive buffer, as SGLang's
+  static pp-proxy buffers are) and the body reads e from it, so the numbers are
   the annotated body's while SGLang must mark the residual's token dimension dynamic from that annotation;
   "blocks", a body keeping its decoder layers under `h` (as GPT-2-style bodies do), which the breakable/full
   backends cannot find (they capture the module that owns `layers`).
@@ -249,12 +250,20 @@ def pipeline_body(num_layers: int = NUM_LAYERS) -> PrefillModel:
     return PipelinePrefillModel(num_layers)
 
 
-def stage_input(input_ids: torch.Tensor, input_embeds: Optional[torch.Tensor]) -> dict:
-    """What the previous pipeline stage hands the "pipeline" body: its hidden states e (the embedding)."""
+STAGE_ROWS = 512  # rows of the "pipeline" model's receive buffer: more than any batch the suites send
+
+
+def stage_input(buffer: torch.Tensor, input_ids: torch.Tensor, input_embeds: Optional[torch.Tensor]) -> dict:
+    """What the previous pipeline stage hands the "pipeline" body: its hidden states e (the embedding), received
+    into a persistent buffer (address-stable, as SGLang's static pp-proxy buffers are: captured graphs read inputs
+    at their capture-time addresses)."""
     from sglang.srt.compilation.compile import IntermediateTensors
 
     embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
-    return {"intermediate_tensors": IntermediateTensors({"hidden_states": embedded})}
+    assert embedded.shape[0] <= buffer.shape[0], f"{embedded.shape[0]} tokens exceed the stage buffer"
+    received = buffer[: embedded.shape[0]]
+    received.copy_(embedded)
+    return {"intermediate_tensors": IntermediateTensors({"hidden_states": received})}
 
 
 BODIES = {"annotated": PrefillModel, "deepstack": DeepstackPrefillModel, "unannotated": UnannotatedPrefillModel,
@@ -276,6 +285,8 @@ class PrefillForCausalLM(nn.Module):
         if body == "deepstack":
             self.num_deepstack_embeddings = NUM_DEEPSTACK
         self.from_previous_stage = body == "pipeline"
+        if self.from_previous_stage:
+            self.register_buffer("stage_hidden", torch.zeros(STAGE_ROWS, HIDDEN))
         self.embed = TokenEmbedding()
         self.is_mrope_enabled = multimodal
         self.register_buffer("lm_head", torch.arange(1, VOCAB + 1, dtype=torch.float32).repeat(HIDDEN, 1))
@@ -299,7 +310,7 @@ class PrefillForCausalLM(nn.Module):
             if input_embeds is not None and forward_batch.input_embeds is not None:
                 forward_batch.input_embeds.copy_(input_embeds)  # the graph's static slot: address-stable
                 input_embeds = forward_batch.input_embeds
-        stage = stage_input(input_ids, input_embeds) if self.from_previous_stage else {}
+        stage = stage_input(self.stage_hidden, input_ids, input_embeds) if self.from_previous_stage else {}
         hidden = self.model(input_ids, positions, forward_batch, input_embeds=input_embeds, **stage)
         if forward_batch.forward_mode.is_decode_or_idle() or forward_batch.extend_seq_lens is None:
             last = torch.arange(forward_batch.batch_size, device=hidden.device)
