@@ -223,6 +223,24 @@ def test_full_chunked_prefix(data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@pytest.mark.parametrize("source", ["chunked_prefill_size", "max_bs"])
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(data=st.data())
+def test_prefix_chunk_capacity_sources(source, data):
+    """Chunked-prefix capture with full_prefill_prefix_chunk_tokens unset: SGLang takes the chunk capacity from
+    the scheduler's chunked_prefill_size, or, with no chunk budget, from the prefill phase's max_bs; the harness
+    publishes 64 there, so the capture must hold the same variants (1, 2, 4) as the configured 64."""
+    layout = _layout()
+    gap = layout.backend_gap("full", PrefillSession.device) or layout.chunked_prefix_gap()
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="full", capture_tokens=GRID, prefix_chunk_tokens=64, prefix_chunk_source=source)
+    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend="full", prefix_chunk_tokens=64,
+                 prefix_chunk_source=source, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 # Context limits: the full graphs planned at a fixed extent (max_context_size), the breakable graphs under the
 # attention backend's own cap (prefill_cuda_graph_default_max_seq_len).
 # (the full case with mixed chunks on, which SGLang allows for its padded backends)

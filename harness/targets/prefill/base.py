@@ -66,6 +66,9 @@ class PrefillCase:
     capture_mode: str = "auto"  # virtual device: "record" | "rerun" | "auto" (record for eager, rerun for inductor)
     multimodal: bool = False  # a VLM: mRoPE positions, embeddings handed to the language model, input_embeds slot
     prefix_chunk_tokens: Optional[int] = None  # full only: chunked-prefix capture, aggregate tokens per prefix chunk
+    # where SGLang reads that capacity: "config" (full_prefill_prefix_chunk_tokens), "chunked_prefill_size" (left
+    # unset, so the scheduler's chunk budget carries it) or "max_bs" (both unset: the prefill phase's max_bs)
+    prefix_chunk_source: str = "config"
     # Context limits of the graphs: `--cuda-graph-prefill-max-context` (metadata planned at that fixed extent;
     # SGLang ignores it on tc_piecewise) and the attention backend's default replay cap
     # (`prefill_cuda_graph_default_max_seq_len`); a longer context (prefix + new tokens) runs eager.

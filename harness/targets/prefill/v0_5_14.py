@@ -62,15 +62,21 @@ def publish_config(case: PrefillCase, device: str) -> Any:
     extra = {}
     if "full_prefill_max_req" in fields:  # 0.5.2x; 0.5.14's PhaseConfig has no such field
         extra["full_prefill_max_req"] = case.full_prefill_max_req if case.backend == "full" else None
-    if case.prefix_chunk_tokens is not None:  # chunked-prefix full capture (0.5.2x)
-        extra["full_prefill_prefix_chunk_tokens"] = case.prefix_chunk_tokens
+    chunk_budget = max(case.capture_tokens)
+    if case.prefix_chunk_tokens is not None:  # chunked-prefix full capture (0.5.2x), its capacity from the source
+        if case.prefix_chunk_source == "config":
+            extra["full_prefill_prefix_chunk_tokens"] = case.prefix_chunk_tokens
+        elif case.prefix_chunk_source == "chunked_prefill_size":
+            chunk_budget = case.prefix_chunk_tokens
+        else:  # "max_bs": no chunk budget (chunked prefill off)
+            chunk_budget, extra["max_bs"] = -1, case.prefix_chunk_tokens
     if case.max_context_size is not None:  # fixed-context graphs (0.5.2x)
         extra["max_context_size"] = case.max_context_size
     prefill = PhaseConfig(backend=backend, bs=list(case.capture_tokens), **extra)
     server_args = ServerArgs(
         model_path="dummy", device=device,
         cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="disabled"), prefill=prefill),
-        max_running_requests=case.max_requests, chunked_prefill_size=max(case.capture_tokens),
+        max_running_requests=case.max_requests, chunked_prefill_size=chunk_budget,
         disable_radix_cache=True, disable_chunked_prefix_cache=case.prefix_chunk_tokens is None,
         enable_mixed_chunk=case.enable_mixed_chunk,
     )
