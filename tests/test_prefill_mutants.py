@@ -81,6 +81,7 @@ PIPELINE = "test_pipeline_stage_body"
 CAPTURED_METADATA = "test_breakable_captured_attn_metadata"
 WRAPPER = "test_vlm_wrapper_layer_model"
 MHA_COMPANION = "test_breakable_mha_companion_prefix"
+CHUNK_SOURCES = "test_prefix_chunk_capacity_sources"
 LAYERLESS = "test_refused_at_construction and layerless"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
@@ -164,6 +165,18 @@ PATH_MUTANTS = {
         [(RUNNER, "            if shape_key.variant_label is not None:\n"
                   "                self._prepare_chunked_prefix_replay(shape_key, forward_batch)\n", "")],
         "test_full_chunked_prefix", "eager-equality", ["not bit-equal to eager"], []),
+    # chunk capacity fallbacks: with no chunk budget the largest captured token count stands in for max_bs, so
+    # the chunks are smaller and the capture records other variants.
+    "prefix_capacity_max_bs_from_grid": (
+        [(RUNNER, "                requested_capacity = prefix_config.max_bs\n",
+          "                requested_capacity = max(prefix_config.bs)\n")],
+        CHUNK_SOURCES + " and max_bs", "graph-replay", ["recorded 18 graph(s), expected 12"], []),
+    # chunk capacity fallbacks: the scheduler's chunk budget is skipped, straight to max_bs (unset there).
+    "prefix_capacity_skips_chunk_budget": (
+        [(RUNNER, "            requested_capacity = get_schedule().chunked_prefill_size\n",
+          "            requested_capacity = None\n")],
+        CHUNK_SOURCES + " and chunked_prefill_size", "crash", ["full_prefill_prefix_chunk_tokens must be positive"],
+        []),
     # dynamic dimensions: the ForwardBatch's tensors are left static, so each token count traces again.
     "forward_batch_not_marked_dynamic": (
         [(COMPILE, '        _mark_dynamic_forward_batch(ba.arguments.get("forward_batch"))', "        pass")],

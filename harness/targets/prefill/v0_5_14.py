@@ -226,6 +226,14 @@ class Target(PrefillTarget):
     def __init__(self, case: PrefillCase, layout: Layout, device: str = "cpu"):
         super().__init__(case, layout, device)
         self._patches = contextlib.ExitStack()
+        try:
+            self._build(case, device)
+        except BaseException:
+            # a runner SGLang refused to build: its kernel stand-ins must not wrap the next target's
+            self._patches.close()
+            raise
+
+    def _build(self, case: PrefillCase, device: str) -> None:
         if device == "cpu" and case.prefix_chunk_tokens is not None:
             runner_module = load(RUNNER_MODULE)
             kernel = runner_module.create_chunked_prefix_cache_kv_indices
