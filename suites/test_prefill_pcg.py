@@ -241,6 +241,23 @@ def test_prefix_chunk_capacity_sources(source, data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@pytest.mark.parametrize("backend", ["breakable", "full"])
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(data=st.data())
+def test_embedding_model_pooled_output(backend, data):
+    """An embedding (sequence-classification) model through the graphs: the replay hands back SGLang's
+    EmbeddingPoolerOutput, one pooled row per request, equal to eager and to the closed form (`reference_logits`:
+    the score head on each request's last token)."""
+    layout = _layout()
+    gap = layout.backend_gap(backend, PrefillSession.device) or layout.feature_gap(prefill.POOLED_OUTPUT)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend=backend, capture_tokens=GRID, pooled=True)
+    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=backend, pooled=True, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 # Context limits: the full graphs planned at a fixed extent (max_context_size), the breakable graphs under the
 # attention backend's own cap (prefill_cuda_graph_default_max_seq_len).
 # (the full case with mixed chunks on, which SGLang allows for its padded backends)

@@ -82,6 +82,7 @@ CAPTURED_METADATA = "test_breakable_captured_attn_metadata"
 WRAPPER = "test_vlm_wrapper_layer_model"
 MHA_COMPANION = "test_breakable_mha_companion_prefix"
 CHUNK_SOURCES = "test_prefix_chunk_capacity_sources"
+POOLED = "test_embedding_model_pooled_output"
 LAYERLESS = "test_refused_at_construction and layerless"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
@@ -177,6 +178,17 @@ PATH_MUTANTS = {
           "            requested_capacity = None\n")],
         CHUNK_SOURCES + " and chunked_prefill_size", "crash", ["full_prefill_prefix_chunk_tokens must be positive"],
         []),
+    # pooled outputs: the runner knows logits and pipeline proxies only, so an embedding model's output is
+    # taken for a proxy.
+    "pooled_output_taken_for_proxy": (
+        [(RUNNER, "        if isinstance(output, EmbeddingPoolerOutput):\n            return output\n", "")],
+        POOLED, "crash", ["AssertionError"], []),
+    # pooled outputs: trimmed as logits are (their padded rows cut), which an EmbeddingPoolerOutput has none of.
+    "pooled_output_trimmed_as_logits": (
+        [(RUNNER, "        if isinstance(output, LogitsProcessorOutput):\n            return self._trim_logits_output",
+          "        if isinstance(output, (LogitsProcessorOutput, EmbeddingPoolerOutput)):\n"
+          "            return self._trim_logits_output")],
+        POOLED, "crash", ["EmbeddingPoolerOutput"], []),
     # dynamic dimensions: the ForwardBatch's tensors are left static, so each token count traces again.
     "forward_batch_not_marked_dynamic": (
         [(COMPILE, '        _mark_dynamic_forward_batch(ba.arguments.get("forward_batch"))', "        pass")],

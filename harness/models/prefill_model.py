@@ -278,9 +278,13 @@ class PrefillForCausalLM(nn.Module):
     supports_lora = False
     shared_experts_config = None
 
-    def __init__(self, num_layers: int = NUM_LAYERS, multimodal: bool = False, body: str = "annotated"):
+    def __init__(self, num_layers: int = NUM_LAYERS, multimodal: bool = False, body: str = "annotated",
+                 pooled: bool = False):
         super().__init__()
         register_attention_op()
+        # a sequence-classification (embedding) model: the same numbers as SGLang's EmbeddingPoolerOutput (last
+        # token pooled, the score head its classification logits), which the runner must hand back unsliced
+        self.pooled = pooled
         self.model = BODIES[body](num_layers)
         if body == "deepstack":
             self.num_deepstack_embeddings = NUM_DEEPSTACK
@@ -316,6 +320,10 @@ class PrefillForCausalLM(nn.Module):
             last = torch.arange(forward_batch.batch_size, device=hidden.device)
         else:
             last = forward_batch.extend_start_loc + forward_batch.extend_seq_lens - 1
+        if self.pooled:
+            from sglang.srt.layers.pooler import EmbeddingPoolerOutput
+
+            return EmbeddingPoolerOutput(embeddings=hidden[last] @ self.lm_head)
         return LogitsProcessorOutput(next_token_logits=hidden[last] @ self.lm_head)
 
 
@@ -339,6 +347,13 @@ class PrefillForConditionalGeneration(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: Optional[torch.Tensor] = None, **kwargs):
         return self.language_model(input_ids, positions, forward_batch, input_embeds=input_embeds, **kwargs)
+
+
+def scores(output) -> torch.Tensor:
+    """Per request, the numbers of the docstring's `logits`: a causal LM's next-token logits, or an embedding
+    model's pooled classification logits (`EmbeddingPoolerOutput.embeddings`)."""
+    logits = getattr(output, "next_token_logits", None)
+    return output.embeddings if logits is None else logits
 
 
 def initial_hidden(tokens: Sequence[int], embeds: Optional[Sequence[Sequence[float]]] = None,

@@ -18,7 +18,9 @@ EXECUTE_HIDDEN_GUARD = "execute's capture_hidden_mode check"
 CAPTURE_FAILURE_MESSAGE = "the prefill capture-failure message"
 DEEPSTACK_WARMUP = "the Qwen3-VL deepstack warm-up"
 MIXED_CHUNK_CHECK = "the runner's mixed-chunk backend check"
-FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE, DEEPSTACK_WARMUP, MIXED_CHUNK_CHECK)
+POOLED_OUTPUT = "embedding models' pooled outputs"
+FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE, DEEPSTACK_WARMUP, MIXED_CHUNK_CHECK,
+            POOLED_OUTPUT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +82,7 @@ class PrefillCase:
     # breakable only: the attention backend opts into SGLang's captured-metadata contract (per-bucket metadata
     # built at capture, refreshed in place at replay)
     captured_attn_metadata: bool = False
+    pooled: bool = False  # an embedding model: SGLang's EmbeddingPoolerOutput in place of logits
     wrapped: bool = False  # the causal LM behind a VLM-style `language_model` wrapper (no `model` of its own)
     # breakable, virtual device only: the attention layers have MHA companions (an MLA model's), whose prefix path
     # a breakable graph off CUDA cannot capture

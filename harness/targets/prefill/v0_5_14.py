@@ -21,11 +21,13 @@ from unittest import mock
 import torch
 
 from harness.errors import PathMissing
-from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, PrefillForConditionalGeneration
+from harness.models.prefill_model import (
+    HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, PrefillForConditionalGeneration, scores,
+)
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
-    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, MIXED_CHUNK_CHECK, Batch, KvCache,
-    Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
+    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, MIXED_CHUNK_CHECK, POOLED_OUTPUT,
+    Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
     can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context,
@@ -46,7 +48,8 @@ FEATURE_NAMES = {CONTEXT_LIMITS: ("PrefillCudaGraphRunner", "_validate_max_conte
                  EXECUTE_HIDDEN_GUARD: ("PrefillCudaGraphRunner", "_validate_capture_hidden_mode"),
                  CAPTURE_FAILURE_MESSAGE: (None, "prefill_failure_msg"),
                  DEEPSTACK_WARMUP: ("PrefillCudaGraphRunner", "run_dummy_multimodal_deepstack_forward"),
-                 MIXED_CHUNK_CHECK: ("PrefillCudaGraphRunner", "enable_mixed_chunk")}
+                 MIXED_CHUNK_CHECK: ("PrefillCudaGraphRunner", "enable_mixed_chunk"),
+                 POOLED_OUTPUT: (None, "EmbeddingPoolerOutput")}
 NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'): the harness sets "
         "PhaseConfig.backend='tc_piecewise' directly and constructs TcPiecewiseCudaGraphBackend "
         "for the runner in place of resolve_prefill_backend")
@@ -243,7 +246,7 @@ class Target(PrefillTarget):
         ensure_tp_group()
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
         model_class = PrefillForConditionalGeneration if case.wrapped else PrefillForCausalLM
-        self.model = model_class(multimodal=case.multimodal, body=case.body).to(device)
+        self.model = model_class(multimodal=case.multimodal, body=case.body, pooled=case.pooled).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.attn_backend.prefill_cuda_graph_default_max_seq_len = case.backend_max_seq_len
         self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
@@ -320,14 +323,14 @@ class Target(PrefillTarget):
     def forward(self, batch: Batch):
         forward_batch = self._forward_batch(batch)
         out = type(self.model_runner)._forward_raw(self.model_runner, forward_batch, None)
-        return out.logits_output.next_token_logits, bool(out.can_run_graph), forward_batch
+        return scores(out.logits_output), bool(out.can_run_graph), forward_batch
 
     def eager(self, batch: Batch) -> torch.Tensor:
         forward_batch = self._forward_batch(batch)
         self.attn_backend.init_forward_metadata(forward_batch)
         with forward_context(self.attn_backend, forward_batch):
-            return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch,
-                              input_embeds=forward_batch.input_embeds).next_token_logits
+            return scores(self.model(forward_batch.input_ids, forward_batch.positions, forward_batch,
+                                     input_embeds=forward_batch.input_embeds))
 
     def can_run_graph(self, batch: Batch) -> bool:
         return bool(self.runner.can_run_graph(self._forward_batch(batch)))
