@@ -439,6 +439,23 @@ def test_breakable_captured_attn_metadata(data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(data=st.data())
+def test_breakable_lora(data):
+    """breakable on a LoRA server (SGLang's lora_manager set, requests on the base model): the runner sizes the
+    manager's static prefill batch info at construction, prepares it for every capture bucket and resets the
+    routing cache before each captured run; a batch that fits that capacity replays, equal to eager and the closed
+    form (the base model's numbers)."""
+    layout = _layout()
+    gap = layout.backend_gap("breakable", PrefillSession.device) or layout.feature_gap(prefill.LORA_CAPTURE)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, lora=True)
+    batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", lora=True, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 @pytest.mark.parametrize("backend", ["breakable", "full"])
 @suite_settings(gate_examples=2, shrink_in_gate=False)
 @given(data=st.data())

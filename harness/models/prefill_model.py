@@ -389,3 +389,38 @@ def reference_logits(requests: Sequence[Sequence[Sequence[float]]], num_layers: 
         last = h[-1][0] + h[-1][1]
         out.append([(v + 1) * last for v in range(VOCAB)])
     return out
+
+
+class PrefillLoRAManagerDouble:
+    """The part of SGLang's LoRA manager the prefill runner touches on a LoRA server whose requests use the base
+    model (no adapter weights: the captured graphs' LoRA step is a no-op). It keeps the static batch-info capacity
+    the runner asks for at construction (`init_prefill_cuda_graph_batch_info`), counts the batches prepared and the
+    routing-cache resets, and answers `can_use_prefill_cuda_graph` from that capacity: an extend batch fits when its
+    requests and tokens do (what the runner's admission asks before replaying)."""
+
+    attn_dp_enabled = False
+
+    def __init__(self) -> None:
+        self.max_num_tokens: Optional[int] = None
+        self.max_num_requests: Optional[int] = None
+        self.prepared = 0
+        self.routing_resets = 0
+
+    def init_prefill_cuda_graph_batch_info(self, max_num_tokens: int, max_num_requests: Optional[int] = None):
+        self.max_num_tokens, self.max_num_requests = max_num_tokens, max_num_requests
+
+    def can_use_prefill_cuda_graph(self, forward_batch) -> bool:
+        if self.max_num_tokens is None or not forward_batch.forward_mode.is_extend():
+            return False
+        tokens = int(forward_batch.input_ids.shape[0])
+        requests_cap = self.max_num_requests if self.max_num_requests is not None else self.max_num_tokens
+        return forward_batch.batch_size <= requests_cap and tokens <= self.max_num_tokens
+
+    def prepare_lora_batch(self, forward_batch) -> None:
+        self.prepared += 1
+
+    def reset_routing_cache(self) -> None:
+        self.routing_resets += 1
+
+    def fetch_new_loras(self, *args, **kwargs) -> None:
+        pass

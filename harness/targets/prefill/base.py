@@ -19,8 +19,9 @@ CAPTURE_FAILURE_MESSAGE = "the prefill capture-failure message"
 DEEPSTACK_WARMUP = "the Qwen3-VL deepstack warm-up"
 MIXED_CHUNK_CHECK = "the runner's mixed-chunk backend check"
 POOLED_OUTPUT = "embedding models' pooled outputs"
+LORA_CAPTURE = "LoRA batch info captured by breakable/full"
 FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE, DEEPSTACK_WARMUP, MIXED_CHUNK_CHECK,
-            POOLED_OUTPUT)
+            POOLED_OUTPUT, LORA_CAPTURE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +88,7 @@ class PrefillCase:
     # breakable, virtual device only: the attention layers have MHA companions (an MLA model's), whose prefix path
     # a breakable graph off CUDA cannot capture
     mha_companion: bool = False
+    lora: bool = False  # a LoRA server (SGLang's lora_manager set; requests on the base model)
 
     def context_limit(self) -> Optional[int]:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;

@@ -22,12 +22,13 @@ import torch
 
 from harness.errors import PathMissing
 from harness.models.prefill_model import (
-    HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, PrefillForConditionalGeneration, scores,
+    HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, PrefillForConditionalGeneration,
+    PrefillLoRAManagerDouble, scores,
 )
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
-    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, MIXED_CHUNK_CHECK, POOLED_OUTPUT,
-    Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
+    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, LORA_CAPTURE, MIXED_CHUNK_CHECK,
+    POOLED_OUTPUT, Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
     can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context,
@@ -42,14 +43,16 @@ MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
 REQUIRED = (RUNNER_MODULE, TC_BACKEND_MODULE, "sglang.srt.compilation.compile", "sglang.srt.compilation.backend",
             "sglang.srt.compilation.cuda_piecewise_backend", COMPILE_PHASE_MODULE, CONFIG_MODULE, MODEL_RUNNER_MODULE)
-# feature -> (the runner class, or None for its module; the name the feature needs there). MIXED_CHUNK_CHECK: a
-# name the constructor's source must read (it is a check inside __init__, not a name of its own).
+# feature -> (the runner class, or None for its module; the name the feature needs there). MIXED_CHUNK_CHECK and
+# LORA_CAPTURE: a name the constructor's source must read (a check inside __init__, not a name of its own).
+SOURCE_FEATURES = (MIXED_CHUNK_CHECK, LORA_CAPTURE)
 FEATURE_NAMES = {CONTEXT_LIMITS: ("PrefillCudaGraphRunner", "_validate_max_context_capacity"),
                  EXECUTE_HIDDEN_GUARD: ("PrefillCudaGraphRunner", "_validate_capture_hidden_mode"),
                  CAPTURE_FAILURE_MESSAGE: (None, "prefill_failure_msg"),
                  DEEPSTACK_WARMUP: ("PrefillCudaGraphRunner", "run_dummy_multimodal_deepstack_forward"),
                  MIXED_CHUNK_CHECK: ("PrefillCudaGraphRunner", "enable_mixed_chunk"),
-                 POOLED_OUTPUT: (None, "EmbeddingPoolerOutput")}
+                 POOLED_OUTPUT: (None, "EmbeddingPoolerOutput"),
+                 LORA_CAPTURE: ("PrefillCudaGraphRunner", "_capture_lora")}
 NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'): the harness sets "
         "PhaseConfig.backend='tc_piecewise' directly and constructs TcPiecewiseCudaGraphBackend "
         "for the runner in place of resolve_prefill_backend")
@@ -137,7 +140,8 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
         device=kv.device, gpu_id=0, model=model, model_config=model_config, server_args=server_args,
         dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend=attn_backend,
         req_to_token_pool=attn_backend.req_to_token_pool, token_to_kv_pool=SimpleNamespace(
-            layer_transfer_counter=None), lora_manager=None,
+            layer_transfer_counter=None),
+        lora_manager=PrefillLoRAManagerDouble() if case.lora else None,
         ngram_embedding_manager=SimpleNamespace(enabled=False, table=None),
         spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, is_generation=True, support_pp=False,
         graph_shared_output=_GraphSharedOutput(), kv_index_translator=make_kv_index_translator(kv),
@@ -297,7 +301,7 @@ class Target(PrefillTarget):
         """Each feature arrived in 0.5.2x with a runner name it needs (`FEATURE_NAMES`)."""
         owner, name = FEATURE_NAMES[feature]
         where = load(RUNNER_MODULE, owner) if owner else load(RUNNER_MODULE)
-        if feature == MIXED_CHUNK_CHECK:
+        if feature in SOURCE_FEATURES:
             if name in inspect.getsource(where.__init__):
                 return None
         elif hasattr(where, name):
