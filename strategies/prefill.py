@@ -8,6 +8,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from harness.conditions import narrow
+from harness.models.prefill_model import ADAPTER_SCALES
 from harness.targets.prefill import Batch, PrefillCase, Request
 
 MAX_REQUESTS = 8  # req_to_token rows; row 0 is the padding row, so up to 7 requests
@@ -181,6 +182,15 @@ def model_input_batches(draw, grid: tuple[int, ...]) -> Batch:
                                return_logprob=kind == "logprob")
 
 
+@st.composite
+def lora_batches(draw, grid: tuple[int, ...]) -> Batch:
+    """A graph-bound batch within the grid on a LoRA server: each request on a drawn adapter or the base model."""
+    batch = draw(graph_bound_batches(grid, beyond=False))
+    adapters = st.sampled_from(sorted(ADAPTER_SCALES, key=str))
+    return dataclasses.replace(batch, requests=tuple(dataclasses.replace(r, adapter=draw(adapters))
+                                                     for r in batch.requests))
+
+
 def describe(batch: Batch) -> dict:
     """Drawn values of a batch for the record."""
     return {
@@ -191,7 +201,7 @@ def describe(batch: Batch) -> dict:
         "return_logprob": batch.return_logprob,
         "requests": [{"row": r.row, "new": len(r.tokens), "prefix": r.prefix, "tokens": list(r.tokens),
                       "history": list(r.history), "embeds": r.embeds and [list(e) for e in r.embeds],
-                      "mrope_delta": list(r.mrope_delta)} for r in batch.requests],
+                      "mrope_delta": list(r.mrope_delta), "adapter": r.adapter} for r in batch.requests],
     }
 
 
@@ -206,7 +216,8 @@ def batch_from_drawn(drawn: dict) -> Batch:
         embeds = request.get("embeds")
         requests.append(Request(int(request["row"]), tokens, prefix=prefix, history=history,
                                 embeds=embeds and tuple(tuple(e) for e in embeds),
-                                mrope_delta=tuple(request.get("mrope_delta") or (0, 0, 0))))
+                                mrope_delta=tuple(request.get("mrope_delta") or (0, 0, 0)),
+                                adapter=request.get("adapter")))
     global_mode = drawn.get("global_forward_mode")
     return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None,
                  capture_hidden_mode=drawn.get("capture_hidden_mode") or "NULL",

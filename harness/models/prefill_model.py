@@ -36,7 +36,8 @@ What it exercises, the way SGLang's own layers do:
 - The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, an image
   batch's own embeddings handed to the language model as `input_embeds`, a text-only batch's ids alone (the body
   embeds them; the breakable/full graphs read the input_embeds slot SGLang refills from `get_input_embeddings()`).
-- No LoRA adapters: the model has no LoRA layers (`supports_lora = False`).
+- LoRA (a LoRA server, `PrefillLoRAManagerDouble`): request r's adapter scale s_r adds (s_r, 0) to e[t] of its
+  tokens, read by the body from the manager's batch info (static buffers under a graph).
 - Body variants (`BODIES`): "annotated" (the default above); "deepstack", a body that also takes Qwen3-VL's
   `input_deepstack_embeds` [T, 2 * NUM_DEEPSTACK] and adds its first 2 columns to h0 (h0[t] += d[t, :2]), with
   the outer model declaring `num_deepstack_embeddings`, so SGLang's deepstack warm-up applies to it;
@@ -192,12 +193,16 @@ class PrefillModel(nn.Module):
     def __init__(self, num_layers: int = NUM_LAYERS):
         super().__init__()
         self.layers = nn.ModuleList(PrefillLayer(i) for i in range(num_layers))
+        self.lora_manager: Optional["PrefillLoRAManagerDouble"] = None  # a LoRA server's (set by the target)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
         position = (positions.sum(dim=0) if positions.dim() == 2 else positions).to(torch.float32)
         embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
         h = embedded + torch.stack([torch.zeros_like(position), position], dim=-1)
+        if self.lora_manager is not None:  # each request's adapter delta, from the LoRA batch info
+            scale = self.lora_manager.token_scales(h.shape[0])
+            h = h + torch.stack([scale, torch.zeros_like(scale)], dim=-1)
         for layer in getattr(self, self.LAYERS):
             h = layer(h, forward_batch)
         return h
@@ -357,15 +362,16 @@ def scores(output) -> torch.Tensor:
 
 
 def initial_hidden(tokens: Sequence[int], embeds: Optional[Sequence[Sequence[float]]] = None,
-                   mrope_delta: Optional[Sequence[int]] = None) -> list[list[float]]:
+                   mrope_delta: Optional[Sequence[int]] = None, adapter: Optional[str] = None) -> list[list[float]]:
     """h0 of one request's whole sequence (positions 0..len-1), from the module docstring: e + (0, p).
     `embeds`: the request's own embeddings (one pair per token) in place of (id, 0); `mrope_delta`: the per-axis
-    shifts of its mRoPE positions (None: a text model, p = position)."""
+    shifts of its mRoPE positions (None: a text model, p = position); `adapter`: its LoRA adapter, whose scale
+    (`ADAPTER_SCALES`) adds to e0 of every token."""
     rows = []
     for position, token in enumerate(tokens):
         e0, e1 = embeds[position] if embeds is not None else (float(token), 0.0)
         p = position if mrope_delta is None else sum(position + d for d in mrope_delta)
-        rows.append([float(e0), float(e1) + float(p)])
+        rows.append([float(e0) + ADAPTER_SCALES[adapter], float(e1) + float(p)])
     return rows
 
 
@@ -391,33 +397,63 @@ def reference_logits(requests: Sequence[Sequence[Sequence[float]]], num_layers: 
     return out
 
 
+
+# A LoRA server's adapters: the scale each one's (rank-0-free) delta adds to e[t, 0] of its request's tokens.
+ADAPTER_SCALES = {None: 0.0, "sql": 1.0, "chat": 2.0}
+# The LoRA backend's own request cap for its static prefill batch info (SGLang's backend reports it as
+# prefill_cuda_graph_max_bs and may hold fewer rows than the runner asked): a batch of more requests runs eager.
+LORA_GRAPH_MAX_REQUESTS = 3
+
+
 class PrefillLoRAManagerDouble:
-    """The part of SGLang's LoRA manager the prefill runner touches on a LoRA server whose requests use the base
-    model (no adapter weights: the captured graphs' LoRA step is a no-op). It keeps the static batch-info capacity
-    the runner asks for at construction (`init_prefill_cuda_graph_batch_info`), counts the batches prepared and the
-    routing-cache resets, and answers `can_use_prefill_cuda_graph` from that capacity: an extend batch fits when its
-    requests and tokens do (what the runner's admission asks before replaying)."""
+    """The part of SGLang's LoRA manager the prefill runner touches, with one scale per adapter
+    (`ADAPTER_SCALES`): `prepare_lora_batch` writes the batch's per-token scales into the static batch info sized
+    at construction (`init_prefill_cuda_graph_batch_info`) when the batch fits it (`can_use_prefill_cuda_graph`,
+    the rule SGLang's manager shares with the runner's admission), else into a fresh tensor; the body reads them
+    (`token_scales`) inside the capture, so a graph replaying a batch whose scales went elsewhere, or a capture
+    that never prepared them, shows in the numbers or fails naming the contract."""
 
     attn_dp_enabled = False
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
         self.max_num_tokens: Optional[int] = None
         self.max_num_requests: Optional[int] = None
-        self.prepared = 0
+        self.static_scales: Optional[torch.Tensor] = None
+        self.batch_scales: Optional[torch.Tensor] = None  # per token of the prepared batch (padding 0)
         self.routing_resets = 0
 
     def init_prefill_cuda_graph_batch_info(self, max_num_tokens: int, max_num_requests: Optional[int] = None):
-        self.max_num_tokens, self.max_num_requests = max_num_tokens, max_num_requests
+        self.max_num_tokens = max_num_tokens
+        self.max_num_requests = min(max_num_requests or max_num_tokens, LORA_GRAPH_MAX_REQUESTS)
+        self.static_scales = torch.zeros(max_num_tokens, device=self.device)
 
     def can_use_prefill_cuda_graph(self, forward_batch) -> bool:
         if self.max_num_tokens is None or not forward_batch.forward_mode.is_extend():
             return False
         tokens = int(forward_batch.input_ids.shape[0])
-        requests_cap = self.max_num_requests if self.max_num_requests is not None else self.max_num_tokens
-        return forward_batch.batch_size <= requests_cap and tokens <= self.max_num_tokens
+        return forward_batch.batch_size <= self.max_num_requests and tokens <= self.max_num_tokens
 
     def prepare_lora_batch(self, forward_batch) -> None:
-        self.prepared += 1
+        n, bs = int(forward_batch.input_ids.shape[0]), forward_batch.batch_size
+        ids = list(forward_batch.lora_ids or [None] * bs)[:bs]
+        per_request = torch.tensor([ADAPTER_SCALES[i] for i in ids], device=self.device)
+        counts = forward_batch.extend_seq_lens
+        rows = (torch.repeat_interleave(per_request, counts[:bs].to(self.device)) if counts is not None
+                else per_request)[:n]
+        scales = torch.zeros(n, device=self.device)
+        scales[: rows.shape[0]] = rows
+        if self.can_use_prefill_cuda_graph(forward_batch):
+            self.static_scales.zero_()
+            self.static_scales[:n].copy_(scales)
+            self.batch_scales = self.static_scales
+        else:
+            self.batch_scales = scales
+
+    def token_scales(self, n: int) -> torch.Tensor:
+        assert self.batch_scales is not None, (
+            "LoRA batch info read before prepare_lora_batch ran for this forward (the capture must prepare it)")
+        return self.batch_scales[:n]
 
     def reset_routing_cache(self) -> None:
         self.routing_resets += 1

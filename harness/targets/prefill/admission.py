@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from harness.models.prefill_model import LORA_GRAPH_MAX_REQUESTS
 from harness.targets.prefill.base import Batch, PrefillCase
 
 
@@ -38,6 +39,9 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
     if case.backend == "full" and len(batch.requests) > case.full_prefill_max_req:
         return (f"its {len(batch.requests)} requests exceed the full graph's {case.full_prefill_max_req} request "
                 "slots (full_prefill_max_req)")
+    if case.lora and len(batch.requests) > LORA_GRAPH_MAX_REQUESTS:
+        return (f"its {len(batch.requests)} requests exceed the LoRA backend's {LORA_GRAPH_MAX_REQUESTS} static "
+                "prefill batch-info rows (can_use_prefill_cuda_graph)")
     return None
 
 

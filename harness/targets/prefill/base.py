@@ -285,6 +285,7 @@ class Request:
     history: tuple[int, ...] = ()  # the `prefix` token ids already cached (for the by-hand reference)
     embeds: Optional[tuple[tuple[int, int], ...]] = None  # an image request's own embeddings, one per new token
     mrope_delta: tuple[int, int, int] = (0, 0, 0)  # per-axis shift of its mRoPE positions (multimodal model)
+    adapter: Optional[str] = None  # its LoRA adapter on a LoRA server (None: the base model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,10 +301,11 @@ class Batch:
         return sum(len(r.tokens) for r in self.requests)
 
 
-def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bool = False):
+def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bool = False, lora: bool = False):
     """The ForwardBatch the scheduler would hand the model runner for `batch` (KV slots bound per request);
     `mrope`: a multimodal model's batch, with mRoPE positions `[3, T]` (position + the request's delta per axis)
-    and, when a request brings its own embeddings, `input_embeds` `[T, 2]` (others embedded as (id, 0))."""
+    and, when a request brings its own embeddings, `input_embeds` `[T, 2]` (others embedded as (id, 0)); `lora`: a
+    LoRA server's batch, carrying each request's adapter (`lora_ids`)."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch
 
     input_ids, positions, out_cache_loc, mrope_positions, embeds = [], [], [], [], []
@@ -342,6 +344,7 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bo
         mrope_positions=tensor(mrope_positions).reshape(-1, 3).T.contiguous() if mrope else None,
         input_embeds=(torch.tensor(embeds, dtype=torch.float32, device=kv.device).reshape(-1, 2)
                       if any(r.embeds is not None for r in batch.requests) else None),
+        lora_ids=[r.adapter for r in batch.requests] if lora else None,
     )
     if hasattr(forward_batch, "req_pool_indices_cpu"):  # 0.5.2x: the scheduler's host copy, which planning reads
         forward_batch.req_pool_indices_cpu = torch.tensor([r.row for r in batch.requests], dtype=torch.int64)

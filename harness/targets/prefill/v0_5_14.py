@@ -141,7 +141,7 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
         dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend=attn_backend,
         req_to_token_pool=attn_backend.req_to_token_pool, token_to_kv_pool=SimpleNamespace(
             layer_transfer_counter=None),
-        lora_manager=PrefillLoRAManagerDouble() if case.lora else None,
+        lora_manager=None,
         ngram_embedding_manager=SimpleNamespace(enabled=False, table=None),
         spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, is_generation=True, support_pp=False,
         graph_shared_output=_GraphSharedOutput(), kv_index_translator=make_kv_index_translator(kv),
@@ -256,6 +256,8 @@ class Target(PrefillTarget):
         self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
         self.attn_backend.use_captured_forward_metadata_for_breakable_cuda_graph = case.captured_attn_metadata
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
+        if case.lora:  # a LoRA server: SGLang's manager (a double) and the body reading its batch info
+            self.model_runner.lora_manager = self.model.model.lora_manager = PrefillLoRAManagerDouble(device)
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
             EagerRunner = load(EAGER_RUNNER_MODULE, "EagerRunner")
             self.model_runner.eager_runner = EagerRunner(self.model_runner)  # its warm-up is a no-op off CUDA
@@ -322,7 +324,11 @@ class Target(PrefillTarget):
         self._patches.close()
 
     def _forward_batch(self, batch: Batch):
-        return build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator, mrope=self.case.multimodal)
+        forward_batch = build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator,
+                                            mrope=self.case.multimodal, lora=self.case.lora)
+        if self.case.lora:  # what ForwardBatch.init_new does on a LoRA server
+            self.model_runner.lora_manager.prepare_lora_batch(forward_batch)
+        return forward_batch
 
     def forward(self, batch: Batch):
         forward_batch = self._forward_batch(batch)
