@@ -83,6 +83,15 @@ WRAPPER = "test_vlm_wrapper_layer_model"
 MHA_COMPANION = "test_breakable_mha_companion_prefix"
 CHUNK_SOURCES = "test_prefix_chunk_capacity_sources"
 POOLED = "test_embedding_model_pooled_output"
+LORA = "test_breakable_lora"
+LORA_ADMISSION = """            lora_ineligible=self.enable_lora
+            and not (
+                self._capture_lora
+                and self.model_runner.lora_manager.can_use_prefill_cuda_graph(
+                    forward_batch
+                )
+            ),
+"""
 LAYERLESS = "test_refused_at_construction and layerless"
 MROPE_SLOT = """                "mrope_positions",
                 lambda _bs2, mt: (3, mt),
@@ -189,6 +198,15 @@ PATH_MUTANTS = {
           "        if isinstance(output, (LogitsProcessorOutput, EmbeddingPoolerOutput)):\n"
           "            return self._trim_logits_output")],
         POOLED, "crash", ["EmbeddingPoolerOutput"], []),
+    # LoRA: admission asks only whether LoRA was captured, not whether the batch fits the static batch info, so a
+    # batch of more requests than its rows replays reading scales prepare_lora_batch never wrote there.
+    "lora_capacity_not_admitted": (
+        [(RUNNER, LORA_ADMISSION, "            lora_ineligible=self.enable_lora and not self._capture_lora,\n")],
+        LORA, "admission", ["LoRA backend's 3 static", "can_use_prefill_cuda_graph"], []),
+    # LoRA: the capture skips prepare_lora_batch, so the captured kernels read batch info no one prepared.
+    "lora_capture_not_prepared": (
+        [(RUNNER, "            lora_manager.prepare_lora_batch(forward_batch)\n", "")],
+        LORA, "crash", ["before prepare_lora_batch ran"], []),
     # dynamic dimensions: the ForwardBatch's tensors are left static, so each token count traces again.
     "forward_batch_not_marked_dynamic": (
         [(COMPILE, '        _mark_dynamic_forward_batch(ba.arguments.get("forward_batch"))', "        pass")],
