@@ -199,6 +199,7 @@ def describe(batch: Batch) -> dict:
         "num_tokens": batch.num_tokens,
         "capture_hidden_mode": batch.capture_hidden_mode,
         "return_logprob": batch.return_logprob,
+        "replace_embeds": batch.replace_embeds,
         "requests": [{"row": r.row, "new": len(r.tokens), "prefix": r.prefix, "tokens": list(r.tokens),
                       "history": list(r.history), "embeds": r.embeds and [list(e) for e in r.embeds],
                       "mrope_delta": list(r.mrope_delta), "adapter": r.adapter} for r in batch.requests],
@@ -221,4 +222,4 @@ def batch_from_drawn(drawn: dict) -> Batch:
     global_mode = drawn.get("global_forward_mode")
     return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None,
                  capture_hidden_mode=drawn.get("capture_hidden_mode") or "NULL",
-                 return_logprob=bool(drawn.get("return_logprob")))
+                 return_logprob=bool(drawn.get("return_logprob")), replace_embeds=bool(drawn.get("replace_embeds")))

@@ -462,6 +462,19 @@ def test_breakable_lora(data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+def test_token_embedding_overrides_run_eager():
+    """A batch carrying token-embedding overrides (replace_embeds at replace_positions, value-neutral here) runs
+    eager: the captured graphs never read them (explicit batch; the LoRA case's capture)."""
+    layout = _layout()
+    gap = layout.backend_gap("breakable", PrefillSession.device) or layout.feature_gap(prefill.LORA_CAPTURE)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, lora=True)
+    batch = Batch((Request(1, (3, 5), adapter="sql"),), _mode("EXTEND"), _mode("EXTEND"), replace_embeds=True)
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", lora=True, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)  # its admission oracle: the batch must run eager
+
+
 @pytest.mark.parametrize("backend", ["breakable", "full"])
 @suite_settings(gate_examples=2, shrink_in_gate=False)
 @given(data=st.data())

@@ -207,6 +207,10 @@ PATH_MUTANTS = {
     "lora_capture_not_prepared": (
         [(RUNNER, "            lora_manager.prepare_lora_batch(forward_batch)\n", "")],
         LORA, "crash", ["before prepare_lora_batch ran"], []),
+    # token-embedding overrides: admission forgets replace_embeds, so the graph replays without the overrides.
+    "replace_embeds_not_admitted": (
+        [(RUNNER, "        if replace_embeds is not None:\n            return False\n", "")],
+        "test_token_embedding_overrides_run_eager", "admission", ["replace_embeds"], []),
     # dynamic dimensions: the ForwardBatch's tensors are left static, so each token count traces again.
     "forward_batch_not_marked_dynamic": (
         [(COMPILE, '        _mark_dynamic_forward_batch(ba.arguments.get("forward_batch"))', "        pass")],

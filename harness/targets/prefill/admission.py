@@ -23,6 +23,8 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
         return f"its {batch.num_tokens} tokens exceed the largest capture ({largest})"
     if any(r.embeds is not None for r in batch.requests):
         return "it carries input_embeds (an image request's own embeddings), which the captured graphs never read"
+    if batch.replace_embeds:
+        return "it carries token-embedding overrides (replace_embeds), which the captured graphs never read"
     if batch.capture_hidden_mode != "NULL":
         return (f"capture_hidden_mode={batch.capture_hidden_mode} asks for hidden states the capture (mode NULL) "
                 "does not keep")

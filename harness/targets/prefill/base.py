@@ -295,6 +295,9 @@ class Batch:
     global_forward_mode: Any = None  # ForwardMode or None
     capture_hidden_mode: str = "NULL"  # CaptureHiddenMode name: hidden states the caller wants back
     return_logprob: bool = False
+    # token-embedding overrides (SGLang's replace_embeds at replace_positions): the first token's embedding replaced
+    # by its own (id, 0), so the numbers stay the text batch's and only the admission is under test
+    replace_embeds: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -346,6 +349,9 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bo
                       if any(r.embeds is not None for r in batch.requests) else None),
         lora_ids=[r.adapter for r in batch.requests] if lora else None,
     )
+    if batch.replace_embeds:
+        forward_batch.replace_positions = tensor([0])
+        forward_batch.replace_embeds = torch.tensor([[float(input_ids[0]), 0.0]], device=kv.device)
     if hasattr(forward_batch, "req_pool_indices_cpu"):  # 0.5.2x: the scheduler's host copy, which planning reads
         forward_batch.req_pool_indices_cpu = torch.tensor([r.row for r in batch.requests], dtype=torch.int64)
     if translator is not None and hasattr(translator, "own_plan"):
