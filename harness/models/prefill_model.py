@@ -428,6 +428,11 @@ class PrefillLoRAManagerDouble:
         self.max_num_requests = min(max_num_requests or max_num_tokens, LORA_GRAPH_MAX_REQUESTS)
         self.static_scales = torch.zeros(max_num_tokens, device=self.device)
 
+    @property
+    def prefill_cuda_graph_max_bs(self) -> Optional[int]:
+        """The request cap of the static batch info (None before it is sized); 0.5.19's runner clamps to it."""
+        return self.max_num_requests
+
     def can_use_prefill_cuda_graph(self, forward_batch) -> bool:
         if self.max_num_tokens is None or not forward_batch.forward_mode.is_extend():
             return False
