@@ -8,6 +8,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from harness.conditions import narrow
+from harness.models.prefill_model import ADAPTER_SCALES
 from harness.targets.prefill import Batch, PrefillCase, Request
 
 MAX_REQUESTS = 8  # req_to_token rows; row 0 is the padding row, so up to 7 requests
@@ -79,7 +80,7 @@ def global_forward_modes() -> st.SearchStrategy:
 
 @st.composite
 def batches(draw, num_tokens: int, forward_mode, global_forward_mode, *, decoding: bool = True,
-            chunked: bool = True) -> Batch:
+            chunked: bool = True, context: int = MAX_CONTEXT) -> Batch:
     """A batch of `num_tokens` new tokens in `forward_mode`.
 
     Extend-family modes: the tokens are split over 1..7 requests; a request may arrive with a cached prefix
@@ -109,10 +110,8 @@ def batches(draw, num_tokens: int, forward_mode, global_forward_mode, *, decodin
         elif chunked and draw(st.booleans()):
             kind = "chunk"
         history_len = 0
-        if kind == "decoding":
-            history_len = draw(st.integers(1, max(1, MAX_CONTEXT - count - 1)))
-        elif kind == "chunk":
-            history_len = draw(st.integers(1, max(1, MAX_CONTEXT - count - 1)))
+        if kind in ("decoding", "chunk"):
+            history_len = draw(st.integers(1, max(1, context - count - 1)))
         history_len = min(history_len, MAX_CONTEXT - count)
         history = tuple(draw(st.lists(TOKEN_IDS, min_size=history_len, max_size=history_len)))
         tokens = tuple(draw(st.lists(TOKEN_IDS, min_size=count, max_size=count)))
@@ -131,13 +130,29 @@ def graph_modes() -> st.SearchStrategy:
 
 
 @st.composite
-def graph_bound_batches(draw, grid: tuple[int, ...], beyond: bool = True) -> Batch:
+def graph_bound_batches(draw, grid: tuple[int, ...], beyond: bool = True, context: int = MAX_CONTEXT) -> Batch:
     """A batch the prefill graph is for: forward_mode and global_forward_mode each EXTEND or MIXED, drawn
-    independently; a token count on, between or (`beyond`) beyond the grid; chunked and decoding requests."""
+    independently; a token count on, between or (`beyond`) beyond the grid; chunked and decoding requests whose
+    sequences reach at most `context` tokens."""
     num_tokens = draw(replay_num_tokens(grid, beyond))
     local = draw(graph_modes())
     batch_wide = draw(st.sampled_from(GRAPH_MODE_NAMES).map(_mode))
-    return draw(batches(num_tokens, local, batch_wide))
+    return draw(batches(num_tokens, local, batch_wide, context=context))
+
+
+@st.composite
+def batches_near_context(draw, grid: tuple[int, ...], limit: int) -> Batch:
+    """A graph-bound batch within the grid one of whose requests reaches a context (cached prefix + new) within 3
+    tokens of `limit` either side, so a context limit is probed at its edge: limit 32 -> that request's
+    sequence is 29..35 tokens."""
+    batch = draw(graph_bound_batches(grid, beyond=False, context=limit))
+    index = draw(st.integers(0, len(batch.requests) - 1))
+    request = batch.requests[index]
+    new = len(request.tokens)
+    total = draw(st.integers(max(new + 1, limit - 3), max(new + 1, min(limit + 3, MAX_CONTEXT))))
+    history = tuple(draw(st.lists(TOKEN_IDS, min_size=total - new, max_size=total - new)))
+    edge = dataclasses.replace(request, prefix=total - new, history=history)
+    return dataclasses.replace(batch, requests=batch.requests[:index] + (edge,) + batch.requests[index + 1:])
 
 
 HIDDEN_MODES = ("NULL", "LAST", "FULL")  # CaptureHiddenMode names
@@ -167,6 +182,15 @@ def model_input_batches(draw, grid: tuple[int, ...]) -> Batch:
                                return_logprob=kind == "logprob")
 
 
+@st.composite
+def lora_batches(draw, grid: tuple[int, ...]) -> Batch:
+    """A graph-bound batch within the grid on a LoRA server: each request on a drawn adapter or the base model."""
+    batch = draw(graph_bound_batches(grid, beyond=False))
+    adapters = st.sampled_from(sorted(ADAPTER_SCALES, key=str))
+    return dataclasses.replace(batch, requests=tuple(dataclasses.replace(r, adapter=draw(adapters))
+                                                     for r in batch.requests))
+
+
 def describe(batch: Batch) -> dict:
     """Drawn values of a batch for the record."""
     return {
@@ -175,9 +199,10 @@ def describe(batch: Batch) -> dict:
         "num_tokens": batch.num_tokens,
         "capture_hidden_mode": batch.capture_hidden_mode,
         "return_logprob": batch.return_logprob,
+        "replace_embeds": batch.replace_embeds,
         "requests": [{"row": r.row, "new": len(r.tokens), "prefix": r.prefix, "tokens": list(r.tokens),
                       "history": list(r.history), "embeds": r.embeds and [list(e) for e in r.embeds],
-                      "mrope_delta": list(r.mrope_delta)} for r in batch.requests],
+                      "mrope_delta": list(r.mrope_delta), "adapter": r.adapter} for r in batch.requests],
     }
 
 
@@ -192,8 +217,9 @@ def batch_from_drawn(drawn: dict) -> Batch:
         embeds = request.get("embeds")
         requests.append(Request(int(request["row"]), tokens, prefix=prefix, history=history,
                                 embeds=embeds and tuple(tuple(e) for e in embeds),
-                                mrope_delta=tuple(request.get("mrope_delta") or (0, 0, 0))))
+                                mrope_delta=tuple(request.get("mrope_delta") or (0, 0, 0)),
+                                adapter=request.get("adapter")))
     global_mode = drawn.get("global_forward_mode")
     return Batch(tuple(requests), _mode(drawn["forward_mode"]), _mode(global_mode) if global_mode else None,
                  capture_hidden_mode=drawn.get("capture_hidden_mode") or "NULL",
-                 return_logprob=bool(drawn.get("return_logprob")))
+                 return_logprob=bool(drawn.get("return_logprob")), replace_embeds=bool(drawn.get("replace_embeds")))

@@ -24,8 +24,8 @@ from harness.oracles.process_state import check_at_rest
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets import prefill
-from harness.targets.prefill import Batch, PrefillCase, Request
-from harness.targets.prefill.session import GRAPH_MODES, PrefillSession
+from harness.targets.prefill import Batch, PrefillCase, Request, admission
+from harness.targets.prefill.session import GRAPH_MODES, PrefillSession, one_trace_gap
 from harness.versions import sglang_version
 from strategies import prefill as draw
 
@@ -103,7 +103,7 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
 
 
 # -- the torch.compile piecewise path --------------------------------------------------------------------------
-@suite_settings(gate_examples=160, shrink_in_gate=False)
+@suite_settings(gate_examples=120, shrink_in_gate=False)  # paying for the captures of the body/wrapper variants
 @given(data=st.data())
 # Pinned: known bug 2's trigger, a mixed batch (a decoding request beside a prefill chunk) in MIXED mode.
 @explicit(data=None)
@@ -121,7 +121,7 @@ def test_piecewise_forward_modes(data):
         run_example(ex, PrefillSession.get(TC_CASE), batch)
 
 
-@suite_settings(gate_examples=12, shrink_in_gate=False)
+@suite_settings(gate_examples=8, shrink_in_gate=False)  # each example compiles and captures its own grid (~1 s)
 @given(case=draw.cases("tc_piecewise"), data=st.data())
 def test_piecewise_capture_grid_and_replay(case, data):
     """Any capture grid; replays on, between and beyond it; MIXED/EXTEND in either field; chunked/mixed batches."""
@@ -173,6 +173,19 @@ def test_piecewise_inductor_pieces(data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@suite_settings(gate_examples=4, shrink_in_gate=False)
+@given(data=st.data())
+def test_pipeline_stage_body(data):
+    """A body ported from vLLM: its hidden states arrive as SGLang's IntermediateTensors (annotated
+    Optional[IntermediateTensors]), so SGLang must mark their token dimension dynamic from that annotation: one
+    trace serves every token count, and the numbers are the annotated body's (the residual is the embedding)."""
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, body="pipeline")
+    batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, body=case.body,
+                 **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 @pytest.mark.parametrize("backend", prefill.BACKENDS)
 @suite_settings(gate_examples=15, shrink_in_gate=False)
 @given(data=st.data())
@@ -210,6 +223,171 @@ def test_full_chunked_prefix(data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@pytest.mark.parametrize("source", ["chunked_prefill_size", "max_bs"])
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(data=st.data())
+def test_prefix_chunk_capacity_sources(source, data):
+    """Chunked-prefix capture with full_prefill_prefix_chunk_tokens unset: SGLang takes the chunk capacity from
+    the scheduler's chunked_prefill_size, or, with no chunk budget, from the prefill phase's max_bs; the harness
+    publishes 64 there, so the capture must hold the same variants (1, 2, 4) as the configured 64."""
+    layout = _layout()
+    gap = layout.backend_gap("full", PrefillSession.device) or layout.chunked_prefix_gap()
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="full", capture_tokens=GRID, prefix_chunk_tokens=64, prefix_chunk_source=source)
+    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend="full", prefix_chunk_tokens=64,
+                 prefix_chunk_source=source, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+@pytest.mark.parametrize("backend", ["breakable", "full"])
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(data=st.data())
+def test_embedding_model_pooled_output(backend, data):
+    """An embedding (sequence-classification) model through the graphs: the replay hands back SGLang's
+    EmbeddingPoolerOutput, one pooled row per request, equal to eager and to the closed form (`reference_logits`:
+    the score head on each request's last token)."""
+    layout = _layout()
+    gap = layout.backend_gap(backend, PrefillSession.device) or layout.feature_gap(prefill.POOLED_OUTPUT)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend=backend, capture_tokens=GRID, pooled=True)
+    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=backend, pooled=True, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+# Context limits: the full graphs planned at a fixed extent (max_context_size), the breakable graphs under the
+# attention backend's own cap (prefill_cuda_graph_default_max_seq_len).
+# (the full case with mixed chunks on, which SGLang allows for its padded backends)
+CONTEXT_LIMIT_CASES = {"full-fixed-32": PrefillCase(backend="full", capture_tokens=GRID, max_context_size=32,
+                                                    enable_mixed_chunk=True),
+                       "breakable-cap-24": PrefillCase(backend="breakable", capture_tokens=GRID,
+                                                       backend_max_seq_len=24)}
+
+
+@pytest.mark.parametrize("name", sorted(CONTEXT_LIMIT_CASES))
+@suite_settings(gate_examples=8, shrink_in_gate=False)
+@given(data=st.data())
+def test_context_limits(name, data):
+    """Graphs with a context limit: a batch whose longest context (cached prefix + new tokens) is beyond it must
+    run eager (admission), the rest replay; the attention reads the KV through metadata of the batch's own extent
+    (`max_seq_len_override`), so a replay past the fixed extent drops cached tokens and shows in the numbers."""
+    case = CONTEXT_LIMIT_CASES[name]
+    layout = _layout()
+    gap = layout.backend_gap(case.backend, PrefillSession.device) or layout.feature_gap(prefill.CONTEXT_LIMITS)
+    if gap:
+        pytest.skip(gap)
+    batch = data.draw(draw.batches_near_context(GRID, case.context_limit()), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=case.max_context_size,
+                 backend_max_seq_len=case.backend_max_seq_len, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+def test_context_limit_ignored_by_tc_piecewise():
+    """tc_piecewise drops max_context_size (SGLang warns: its metadata has no fixed extent), so a batch longer
+    than it still replays the graphs."""
+    layout = _layout()
+    if layout.feature_gap(prefill.CONTEXT_LIMITS):
+        pytest.skip(layout.feature_gap(prefill.CONTEXT_LIMITS))
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, max_context_size=8)
+    batch = Batch((Request(1, (3, 5, 7, 9), prefix=20, history=tuple(range(10)) * 2),), _mode("EXTEND"),
+                  _mode("EXTEND"))
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=8,
+                 **draw.describe(batch)) as ex:
+        outcome = run_example(ex, PrefillSession.get(case), batch)
+        if outcome.path != "graph":
+            raise OracleFailure("admission", "a 24-token context on tc_piecewise with max_context_size=8 ran "
+                                f"{outcome.path}: tc_piecewise ignores the limit, so its graphs must serve it",
+                                max_context_size=8, context=24)
+
+
+@pytest.mark.parametrize("case", [
+    PrefillCase(backend="full", capture_tokens=GRID, max_context_size=80),
+    PrefillCase(backend="full", capture_tokens=GRID, max_context_size=32, fixed_context_metadata=False),
+    PrefillCase(backend="tc_piecewise", capture_tokens=GRID, body="unannotated"),
+    PrefillCase(backend="tc_piecewise", capture_tokens=GRID, enable_mixed_chunk=True),
+    PrefillCase(backend="breakable", capture_tokens=GRID, body="blocks"),
+], ids=["beyond-table", "no-fixed-metadata", "unannotated-body", "mixed-chunk-on-tc-piecewise", "layerless-body"])
+def test_refused_at_construction(case):
+    """Bad configuration: a context limit the request table or the attention backend cannot honour, or a body
+    whose dynamic dimensions SGLang cannot infer or whose decoder layers it cannot find, is refused when the runner
+    is built (ValueError; the AssertionError the mixed-chunk check raises; for a body without `layers` the
+    RuntimeError naming the backend and the body), never served wrongly later."""
+    layout = _layout()
+    gap = layout.feature_gap(prefill.CONTEXT_LIMITS) if case.max_context_size is not None else None
+    gap = gap or (layout.feature_gap(prefill.MIXED_CHUNK_CHECK) if case.enable_mixed_chunk else None)
+    gap = gap or (layout.backend_gap(case.backend, PrefillSession.device) if case.body == "blocks" else None)
+    if gap:
+        pytest.skip(gap)
+    expected = admission.refused_at_construction(case)
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=case.max_context_size,
+                 fixed_context_metadata=case.fixed_context_metadata, body=case.body,
+                 enable_mixed_chunk=case.enable_mixed_chunk) as ex:
+        try:
+            PrefillSession.get(case)
+        except (ValueError, AssertionError, RuntimeError) as error:
+            if case.body == "blocks" and "without layers" not in str(error):
+                raise OracleFailure("admission", f"SGLang refused a body without `layers` without saying so: "
+                                    f"{str(error)[:300]}", **_context_details(case)) from error
+            ex.expected_error(f"{expected}: SGLang refused it ({str(error)[:160]})")
+            return
+        PrefillSession.close_current()
+        raise OracleFailure("admission", f"SGLang built the runner although {expected}", **_context_details(case))
+
+
+def _context_details(case: PrefillCase) -> dict:
+    return dict(max_context_size=case.max_context_size, table_columns=case.max_context,
+                fixed_context_metadata=case.fixed_context_metadata, body=case.body)
+
+
+@pytest.mark.parametrize("mode", ["LAST", "FULL"])
+def test_execute_refuses_hidden_mode_above_capture(mode):
+    """A caller that skips can_run_graph: `execute` itself refuses a batch asking for more hidden states than the
+    capture keeps (a NULL capture: no speculative decoding, a generation model), naming the capture's mode."""
+    layout = _layout()
+    gap = layout.backend_gap("full", PrefillSession.device) or layout.feature_gap(prefill.EXECUTE_HIDDEN_GUARD)
+    if gap:
+        pytest.skip(gap)
+    session = PrefillSession.get(PrefillCase(backend="full", capture_tokens=GRID))
+    batch = Batch((Request(1, (3, 5)),), _mode("EXTEND"), _mode("EXTEND"), capture_hidden_mode=mode)
+    with example("prefill_pcg", capture_tokens=GRID, backend="full", **draw.describe(batch)) as ex:
+        try:
+            session.target.execute(batch)
+        except RuntimeError as error:
+            if "capture mode (NULL)" not in str(error):
+                raise OracleFailure("admission", f"execute refused a {mode} batch without naming the capture's "
+                                    f"mode NULL: {error}", capture_hidden_mode=mode) from error
+            ex.expected_error(f"execute refused capture_hidden_mode={mode} on a NULL capture: {error}")
+            return
+        finally:
+            PrefillSession.close_current()  # a replay past the guard would leave its static state spoiled
+        raise OracleFailure("admission", f"execute replayed a capture_hidden_mode={mode} batch on the NULL "
+                            "capture, which keeps no hidden states", capture_hidden_mode=mode)
+
+
+def test_compile_pass_failure_names_backend_and_way_out():
+    """A tc_piecewise compile pass that fails (an OOM inside it) surfaces as SGLang's capture-failure message:
+    the cause, the backend, and the way out a tc_piecewise user has (the breakable backend)."""
+    layout = _layout()
+    if layout.feature_gap(prefill.CAPTURE_FAILURE_MESSAGE):
+        pytest.skip(layout.feature_gap(prefill.CAPTURE_FAILURE_MESSAGE))
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, max_requests=7)  # a case of its own
+    cause = "CUDA out of memory (injected into the compile pass by the harness)"
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, injected=cause):
+        with layout.target_class.compile_pass_failing(cause):
+            with pytest.raises(RuntimeError) as raised:
+                PrefillSession.get(case)
+        PrefillSession.close_current()
+        text = str(raised.value)
+        missing = [want for want in ("Capture prefill CUDA graph failed", cause, "backend: tc_piecewise",
+                                     "--cuda-graph-backend-prefill=breakable") if want not in text]
+        if missing:
+            raise OracleFailure("capture-failure", f"the compile-pass failure message lacks {missing}: "
+                                f"{text[:300]}", missing=missing)
+
+
 def replay_case(drawn: dict) -> None:
     """One recorded example (the `drawn` dict `harness.record.example` wrote), without Hypothesis or pytest: what
     repro scripts and pinned regressions call. Raises the oracle's failure (an AssertionError) when it fails."""
@@ -228,7 +406,7 @@ def replay_case(drawn: dict) -> None:
 
 # -- the live 0.5.23 prefill backends ------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["breakable", "full"])
-@suite_settings(gate_examples=10, shrink_in_gate=False)
+@suite_settings(gate_examples=5, shrink_in_gate=False)  # each example captures its own grid (~1 s)
 @given(data=st.data())
 def test_live_backends(backend, data):
     """breakable and full, chosen through the config as a server would; no torch.compile, so global_forward_mode
@@ -243,6 +421,99 @@ def test_live_backends(backend, data):
     batch = data.draw(draw.batches(num_tokens, local, data.draw(draw.global_forward_modes())), label="batch")
     with example("prefill_pcg", capture_tokens=grid, backend=backend, **draw.describe(batch)) as ex:
         run_example(ex, PrefillSession.get(case), batch)
+
+
+@suite_settings(gate_examples=4, shrink_in_gate=False)
+@given(data=st.data())
+def test_breakable_captured_attn_metadata(data):
+    """breakable with an attention backend that opts into SGLang's captured-metadata contract: each bucket's
+    metadata is built at capture and refreshed in place from the live batch at replay; the attention reads that
+    bucket's tables, so a replay computing with the capture's (or another batch's) metadata shows in the numbers."""
+    gap = _layout().backend_gap("breakable", PrefillSession.device)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, captured_attn_metadata=True)
+    batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", captured_attn_metadata=True,
+                 **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(data=st.data())
+# Pinned: more requests (4, mixed adapters) than the LoRA backend's static rows: eager, while the graphs could serve it.
+@explicit(data=None)
+def test_breakable_lora(data):
+    """breakable on a LoRA server, each request on a drawn adapter: the runner sizes the manager's static prefill
+    batch info at construction, prepares it for every capture bucket and resets the routing cache before each
+    captured run; a batch the LoRA backend's static rows hold replays with its own adapters' scales (equal to eager
+    and the closed form), one of more requests runs eager (admission)."""
+    layout = _layout()
+    gap = layout.backend_gap("breakable", PrefillSession.device) or layout.feature_gap(prefill.LORA_CAPTURE)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, lora=True)
+    if data is None:
+        batch = Batch(tuple(Request(row, (row, 3), adapter=adapter) for row, adapter in
+                            ((1, "sql"), (2, None), (3, "chat"), (4, "sql"))), _mode("EXTEND"), _mode("EXTEND"))
+    else:
+        batch = data.draw(draw.lora_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", lora=True, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+def test_token_embedding_overrides_run_eager():
+    """A batch carrying token-embedding overrides (replace_embeds at replace_positions, value-neutral here) runs
+    eager: the captured graphs never read them (explicit batch; the LoRA case's capture)."""
+    layout = _layout()
+    gap = layout.backend_gap("breakable", PrefillSession.device) or layout.feature_gap(prefill.LORA_CAPTURE)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, lora=True)
+    batch = Batch((Request(1, (3, 5), adapter="sql"),), _mode("EXTEND"), _mode("EXTEND"), replace_embeds=True)
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", lora=True, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)  # its admission oracle: the batch must run eager
+
+
+@pytest.mark.parametrize("backend", ["breakable", "full"])
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(data=st.data())
+def test_vlm_wrapper_layer_model(backend, data):
+    """The causal LM behind a VLM-style `language_model` wrapper: breakable/full capture the body SGLang finds by
+    walking language_model -> .model to the module owning `layers`; the numbers are the unwrapped model's."""
+    gap = _layout().backend_gap(backend, PrefillSession.device)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend=backend, capture_tokens=GRID, wrapped=True)
+    batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=backend, wrapped=True, **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
+MHA_BATCHES = {"fresh": Batch((Request(1, (3, 5)), Request(2, (4, 6, 1))), _mode("EXTEND"), _mode("EXTEND")),
+               "fresh-and-chunk": Batch((Request(1, (3, 5)), Request(2, (4, 6), prefix=2, history=(1, 2))),
+                                        _mode("EXTEND"), _mode("EXTEND")),
+               "decoding": Batch((Request(1, (7,), prefix=3, history=(1, 2, 3)),), _mode("MIXED"), _mode("MIXED"))}
+
+
+@pytest.mark.parametrize("name", sorted(MHA_BATCHES))
+def test_breakable_mha_companion_prefix(name):
+    """breakable with MHA companion layers (an MLA model's) off CUDA: a batch with any cached prefix must run
+    eager (the companion's prefix path is uncapturable), a fresh one replays (explicit batches, one capture)."""
+    if PrefillSession.device != "cpu":
+        pytest.skip("on CUDA the runner captures the MHA companion's prefix path; the rule is the off-CUDA one")
+    gap = _layout().backend_gap("breakable", PrefillSession.device)
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="breakable", capture_tokens=GRID, mha_companion=True)
+    batch = MHA_BATCHES[name]
+    with example("prefill_pcg", capture_tokens=GRID, backend="breakable", mha_companion=True,
+                 **draw.describe(batch)) as ex:
+        outcome = run_example(ex, PrefillSession.get(case), batch)
+        expected = "eager" if admission.must_run_eager(case, batch) else "graph"
+        if outcome.path != expected:
+            raise OracleFailure("admission", f"the {name} batch ran {outcome.path} on breakable with MHA companion "
+                                f"layers, expected {expected}", batch=name)
 
 
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------
@@ -279,6 +550,30 @@ def test_findings_mrope_slot_retraces():
         pytest.skip(layout.multimodal_gap())
     case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, multimodal=True)
     run_finding(case, Batch((Request(1, (3, 5)),), _mode("EXTEND"), _mode("EXTEND")))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding: run_dummy_multimodal_deepstack_forward checks inspect.signature(language_model.forward) for "
+    "input_deepstack_embeds, but install_torch_compiled has already replaced that forward by its "
+    "trampoline(*args, **kwargs): the Qwen3-VL deepstack warm-up never runs, so the first request carrying "
+    "deepstack embeddings compiles the body at serve time"))
+def test_findings_deepstack_warmup_skipped():
+    """A body taking deepstack embeddings, its model declaring num_deepstack_embeddings = 1: the compile pass
+    traces every token count once (text dummies), then the deepstack warm-up traces the tensor branch: 2 traces."""
+    gap = _layout().feature_gap(prefill.DEEPSTACK_WARMUP) or one_trace_gap()  # no warm-up, or no one-trace baseline
+    if gap:
+        pytest.skip(gap)
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, body="deepstack")
+    batch = Batch((Request(1, (3, 5)),), _mode("EXTEND"), _mode("EXTEND"))
+    with example("prefill_pcg_findings", capture_tokens=GRID, backend=case.backend, body=case.body,
+                 **draw.describe(batch)) as ex:
+        session = PrefillSession.get(case)
+        traces = session.recompiles.warmup_compiles
+        if traces != 2:
+            raise OracleFailure("no-recompile", f"the compile pass traced the deepstack body {traces} time(s), "
+                                "expected 2 (all token counts, then the input_deepstack_embeds branch the deepstack "
+                                "warm-up must trace before serving)", traces=traces)
+        run_example(ex, session, batch, one_trace=False)
 
 
 @pytest.mark.parametrize("mode", SPECULATIVE_OR_DLLM)

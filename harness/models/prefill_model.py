@@ -33,12 +33,25 @@ What it exercises, the way SGLang's own layers do:
   `forward_batch.global_forward_mode` (the batch-wide mode, as DeepSeek-V4's two-batch-overlap check reads it).
   Both mode code paths compute the same numbers, so a batch replayed under the wrong mode is numerically silent,
   exactly like known bug 2: Dynamo's guards on these two fields are what catch it.
-- The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, embeddings
-  computed outside the language model and handed to it as `input_embeds` (the batch's own for image requests).
-- No LoRA adapters: the model has no LoRA layers (`supports_lora = False`).
+- The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, an image
+  batch's own embeddings handed to the language model as `input_embeds`, a text-only batch's ids alone (the body
+  embeds them; the breakable/full graphs read the input_embeds slot SGLang refills from `get_input_embeddings()`).
+- LoRA (a LoRA server, `PrefillLoRAManagerDouble`): request r's adapter scale s_r adds (s_r, 0) to e[t] of its
+  tokens, read by the body from the manager's batch info (static buffers under a graph).
+- Body variants (`BODIES`): "annotated" (the default above); "deepstack", a body that also takes Qwen3-VL's
+  `input_deepstack_embeds` [T, 2 * NUM_DEEPSTACK] and adds its first 2 columns to h0 (h0[t] += d[t, :2]), with
+  the outer model declaring `num_deepstack_embeddings`, so SGLang's deepstack warm-up applies to it;
+  "unannotated", a body whose forward has no annotations (SGLang cannot infer its dynamic dimensions);
+  "pipeline", a body ported from vLLM whose hidden states arrive from the previous pipeline stage as SGLang's
+  `IntermediateTensors` (`intermediate_tensors: Optional[IntermediateTensors] = None`): the outer model hands it
+  {"hidden_states": e} (e as above, computed outside the body into an address-stable receive buffer, as SGLang's
+  static pp-proxy buffers are) and the body reads e from it, so the numbers are
+  the annotated body's while SGLang must mark the residual's token dimension dynamic from that annotation;
+  "blocks", a body keeping its decoder layers under `h` (as GPT-2-style bodies do), which the breakable/full
+  backends cannot find (they capture the module that owns `layers`).
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the body's annotations are the objects most SGLang model files hand
+# `install_torch_compiled` (the deepstack body below spells them as strings, as files with that import do).
 from typing import List, Optional, Sequence
 
 import torch
@@ -89,6 +102,11 @@ def bind_sglang_hooks(*, attn_backend=None, in_breakable=None, eager_on_graph=No
                         ("eager_on_graph", eager_on_graph)):
         if value is not None:
             _hooks[name] = value
+
+
+def in_breakable_graph() -> bool:
+    """Whether a breakable-graph capture/replay is running (the bound release's answer)."""
+    return _hooks["in_breakable"]()
 
 
 def _attention_kernel(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
@@ -146,7 +164,7 @@ class PrefillLayer(nn.Module):
         # attributes; absent elsewhere): attention reads the cached prefix through them, as real backends do.
         prefix = (list(getattr(forward_batch, "prefix_chunk_kv_indices", None) or ()),
                   getattr(forward_batch, "prefix_chunk_cu_seq_lens", None))
-        if breakable is not None and _hooks["in_breakable"]():
+        if breakable is not None and in_breakable_graph():
             breakable(x, output, slots, self.layer_id, *prefix)
         else:
             op(x, output, slots, self.layer_id, *prefix)
@@ -170,18 +188,92 @@ class PrefillModel(nn.Module):
     """The transformer body (what SGLang's breakable/full backends capture and `install_torch_compiled`
     compiles): annotated tensor arguments, so SGLang infers the dynamic dimensions itself."""
 
+    LAYERS = "layers"  # the attribute holding the decoder layers
+
     def __init__(self, num_layers: int = NUM_LAYERS):
         super().__init__()
         self.layers = nn.ModuleList(PrefillLayer(i) for i in range(num_layers))
+        self.lora_manager: Optional["PrefillLoRAManagerDouble"] = None  # a LoRA server's (set by the target)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
         position = (positions.sum(dim=0) if positions.dim() == 2 else positions).to(torch.float32)
         embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
         h = embedded + torch.stack([torch.zeros_like(position), position], dim=-1)
-        for layer in self.layers:
+        if self.lora_manager is not None:  # each request's adapter delta, from the LoRA batch info
+            scale = self.lora_manager.token_scales(h.shape[0])
+            h = h + torch.stack([scale, torch.zeros_like(scale)], dim=-1)
+        for layer in getattr(self, self.LAYERS):
             h = layer(h, forward_batch)
         return h
+
+
+class DeepstackPrefillModel(PrefillModel):
+    """A body taking Qwen3-VL's deepstack embeddings (string annotations, as in a file with the future import)."""
+
+    def forward(self, input_ids: "torch.Tensor", positions: "torch.Tensor", forward_batch,
+                input_embeds: "Optional[torch.Tensor]" = None,
+                input_deepstack_embeds: "Optional[torch.Tensor]" = None) -> "torch.Tensor":
+        if input_deepstack_embeds is not None:  # the visual features merged into h0, as the first layers do
+            embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
+            input_embeds = embedded + input_deepstack_embeds[:, :HIDDEN].to(torch.float32)
+        return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
+
+
+class UnannotatedPrefillModel(PrefillModel):
+    """A body whose forward carries no annotations: SGLang cannot infer which dimensions to mark dynamic."""
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None):
+        return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
+
+
+class BlocksPrefillModel(PrefillModel):
+    """Decoder layers under `h`, not `layers` (GPT-2 style): same numbers."""
+
+    LAYERS = "h"
+
+    def __init__(self, num_layers: int = NUM_LAYERS):
+        super().__init__(num_layers)
+        self.h = self.layers
+        del self.layers
+
+
+def pipeline_body(num_layers: int = NUM_LAYERS) -> PrefillModel:
+    """The "pipeline" body (SGLang's IntermediateTensors is imported here: the annotation needs the object)."""
+    from sglang.srt.compilation.compile import IntermediateTensors
+
+    class PipelinePrefillModel(PrefillModel):
+        """Hidden states from the previous pipeline stage, as vLLM-ported models take them."""
+
+        def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                    input_embeds: Optional[torch.Tensor] = None,
+                    intermediate_tensors: Optional[IntermediateTensors] = None) -> torch.Tensor:
+            if intermediate_tensors is not None:
+                input_embeds = intermediate_tensors["hidden_states"]
+            return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
+
+    return PipelinePrefillModel(num_layers)
+
+
+STAGE_ROWS = 512  # rows of the "pipeline" model's receive buffer: more than any batch the suites send
+
+
+def stage_input(buffer: torch.Tensor, input_ids: torch.Tensor, input_embeds: Optional[torch.Tensor]) -> dict:
+    """What the previous pipeline stage hands the "pipeline" body: its hidden states e (the embedding), received
+    into a persistent buffer (address-stable, as SGLang's static pp-proxy buffers are: captured graphs read inputs
+    at their capture-time addresses)."""
+    from sglang.srt.compilation.compile import IntermediateTensors
+
+    embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
+    assert embedded.shape[0] <= buffer.shape[0], f"{embedded.shape[0]} tokens exceed the stage buffer"
+    received = buffer[: embedded.shape[0]]
+    received.copy_(embedded)
+    return {"intermediate_tensors": IntermediateTensors({"hidden_states": received})}
+
+
+BODIES = {"annotated": PrefillModel, "deepstack": DeepstackPrefillModel, "unannotated": UnannotatedPrefillModel,
+          "pipeline": pipeline_body, "blocks": BlocksPrefillModel}
+NUM_DEEPSTACK = 1  # deepstack embeddings per token the "deepstack" body's outer model declares
 
 
 class PrefillForCausalLM(nn.Module):
@@ -191,10 +283,19 @@ class PrefillForCausalLM(nn.Module):
     supports_lora = False
     shared_experts_config = None
 
-    def __init__(self, num_layers: int = NUM_LAYERS, multimodal: bool = False):
+    def __init__(self, num_layers: int = NUM_LAYERS, multimodal: bool = False, body: str = "annotated",
+                 pooled: bool = False):
         super().__init__()
         register_attention_op()
-        self.model = PrefillModel(num_layers)
+        # a sequence-classification (embedding) model: the same numbers as SGLang's EmbeddingPoolerOutput (last
+        # token pooled, the score head its classification logits), which the runner must hand back unsliced
+        self.pooled = pooled
+        self.model = BODIES[body](num_layers)
+        if body == "deepstack":
+            self.num_deepstack_embeddings = NUM_DEEPSTACK
+        self.from_previous_stage = body == "pipeline"
+        if self.from_previous_stage:
+            self.register_buffer("stage_hidden", torch.zeros(STAGE_ROWS, HIDDEN))
         self.embed = TokenEmbedding()
         self.is_mrope_enabled = multimodal
         self.register_buffer("lm_head", torch.arange(1, VOCAB + 1, dtype=torch.float32).repeat(HIDDEN, 1))
@@ -206,36 +307,71 @@ class PrefillForCausalLM(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: Optional[torch.Tensor] = None, **kwargs):
-        """As SGLang's VLM wrappers (`general_mm_embed_routine`): mRoPE positions from the batch, embeddings
-        computed here (or the batch's) and copied into the batch's `input_embeds` buffer when it has one."""
+        """As SGLang's VLM wrappers: mRoPE positions from the batch; an image batch's own embeddings copied into
+        the batch's `input_embeds` buffer when it has one; a text-only batch handed to the body as ids alone."""
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
         if self.is_mrope_enabled:
             if forward_batch.mrope_positions is not None:
                 positions = forward_batch.mrope_positions
-            if input_embeds is None:
-                input_embeds = self.embed(input_ids)
-            if forward_batch.input_embeds is not None:  # the graph's static slot: address-stable, as mm_utils does
-                forward_batch.input_embeds.copy_(input_embeds)
+            # A text-only batch: the body embeds the ids itself (no embeddings handed over), so a graph that
+            # captured the input_embeds slot must have it refilled from get_input_embeddings() by the runner.
+            if input_embeds is not None and forward_batch.input_embeds is not None:
+                forward_batch.input_embeds.copy_(input_embeds)  # the graph's static slot: address-stable
                 input_embeds = forward_batch.input_embeds
-        hidden = self.model(input_ids, positions, forward_batch, input_embeds=input_embeds)
+        stage = stage_input(self.stage_hidden, input_ids, input_embeds) if self.from_previous_stage else {}
+        hidden = self.model(input_ids, positions, forward_batch, input_embeds=input_embeds, **stage)
         if forward_batch.forward_mode.is_decode_or_idle() or forward_batch.extend_seq_lens is None:
             last = torch.arange(forward_batch.batch_size, device=hidden.device)
         else:
             last = forward_batch.extend_start_loc + forward_batch.extend_seq_lens - 1
+        if self.pooled:
+            from sglang.srt.layers.pooler import EmbeddingPoolerOutput
+
+            return EmbeddingPoolerOutput(embeddings=hidden[last] @ self.lm_head)
         return LogitsProcessorOutput(next_token_logits=hidden[last] @ self.lm_head)
 
 
+class PrefillForConditionalGeneration(nn.Module):
+    """A VLM-style wrapper (as Qwen2-VL's): the causal LM behind `language_model` and no `model` of its own, so
+    SGLang's breakable/full backends must walk language_model -> .model to the body that owns `layers`. Same
+    numbers as the causal LM it wraps."""
+
+    supports_lora = False
+    shared_experts_config = None
+
+    def __init__(self, **causal_lm):
+        super().__init__()
+        self.language_model = PrefillForCausalLM(**causal_lm)
+        self.is_mrope_enabled = self.language_model.is_mrope_enabled
+        self.quant_config = None
+
+    def get_input_embeddings(self):
+        return self.language_model.get_input_embeddings()
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
+                input_embeds: Optional[torch.Tensor] = None, **kwargs):
+        return self.language_model(input_ids, positions, forward_batch, input_embeds=input_embeds, **kwargs)
+
+
+def scores(output) -> torch.Tensor:
+    """Per request, the numbers of the docstring's `logits`: a causal LM's next-token logits, or an embedding
+    model's pooled classification logits (`EmbeddingPoolerOutput.embeddings`)."""
+    logits = getattr(output, "next_token_logits", None)
+    return output.embeddings if logits is None else logits
+
+
 def initial_hidden(tokens: Sequence[int], embeds: Optional[Sequence[Sequence[float]]] = None,
-                   mrope_delta: Optional[Sequence[int]] = None) -> list[list[float]]:
+                   mrope_delta: Optional[Sequence[int]] = None, adapter: Optional[str] = None) -> list[list[float]]:
     """h0 of one request's whole sequence (positions 0..len-1), from the module docstring: e + (0, p).
     `embeds`: the request's own embeddings (one pair per token) in place of (id, 0); `mrope_delta`: the per-axis
-    shifts of its mRoPE positions (None: a text model, p = position)."""
+    shifts of its mRoPE positions (None: a text model, p = position); `adapter`: its LoRA adapter, whose scale
+    (`ADAPTER_SCALES`) adds to e0 of every token."""
     rows = []
     for position, token in enumerate(tokens):
         e0, e1 = embeds[position] if embeds is not None else (float(token), 0.0)
         p = position if mrope_delta is None else sum(position + d for d in mrope_delta)
-        rows.append([float(e0), float(e1) + float(p)])
+        rows.append([float(e0) + ADAPTER_SCALES[adapter], float(e1) + float(p)])
     return rows
 
 
@@ -259,3 +395,73 @@ def reference_logits(requests: Sequence[Sequence[Sequence[float]]], num_layers: 
         last = h[-1][0] + h[-1][1]
         out.append([(v + 1) * last for v in range(VOCAB)])
     return out
+
+
+
+# A LoRA server's adapters: the scale each one's (rank-0-free) delta adds to e[t, 0] of its request's tokens.
+ADAPTER_SCALES = {None: 0.0, "sql": 1.0, "chat": 2.0}
+# The LoRA backend's own request cap for its static prefill batch info (SGLang's backend reports it as
+# prefill_cuda_graph_max_bs and may hold fewer rows than the runner asked): a batch of more requests runs eager.
+LORA_GRAPH_MAX_REQUESTS = 3
+
+
+class PrefillLoRAManagerDouble:
+    """The part of SGLang's LoRA manager the prefill runner touches, with one scale per adapter
+    (`ADAPTER_SCALES`): `prepare_lora_batch` writes the batch's per-token scales into the static batch info sized
+    at construction (`init_prefill_cuda_graph_batch_info`) when the batch fits it (`can_use_prefill_cuda_graph`,
+    the rule SGLang's manager shares with the runner's admission), else into a fresh tensor; the body reads them
+    (`token_scales`) inside the capture, so a graph replaying a batch whose scales went elsewhere, or a capture
+    that never prepared them, shows in the numbers or fails naming the contract."""
+
+    attn_dp_enabled = False
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+        self.max_num_tokens: Optional[int] = None
+        self.max_num_requests: Optional[int] = None
+        self.static_scales: Optional[torch.Tensor] = None
+        self.batch_scales: Optional[torch.Tensor] = None  # per token of the prepared batch (padding 0)
+        self.routing_resets = 0
+
+    def init_prefill_cuda_graph_batch_info(self, max_num_tokens: int, max_num_requests: Optional[int] = None):
+        self.max_num_tokens = max_num_tokens
+        self.max_num_requests = min(max_num_requests or max_num_tokens, LORA_GRAPH_MAX_REQUESTS)
+        self.static_scales = torch.zeros(max_num_tokens, device=self.device)
+
+    @property
+    def prefill_cuda_graph_max_bs(self) -> Optional[int]:
+        """The request cap of the static batch info (None before it is sized); 0.5.19's runner clamps to it."""
+        return self.max_num_requests
+
+    def can_use_prefill_cuda_graph(self, forward_batch) -> bool:
+        if self.max_num_tokens is None or not forward_batch.forward_mode.is_extend():
+            return False
+        tokens = int(forward_batch.input_ids.shape[0])
+        return forward_batch.batch_size <= self.max_num_requests and tokens <= self.max_num_tokens
+
+    def prepare_lora_batch(self, forward_batch) -> None:
+        n, bs = int(forward_batch.input_ids.shape[0]), forward_batch.batch_size
+        ids = list(forward_batch.lora_ids or [None] * bs)[:bs]
+        per_request = torch.tensor([ADAPTER_SCALES[i] for i in ids], device=self.device)
+        counts = forward_batch.extend_seq_lens
+        rows = (torch.repeat_interleave(per_request, counts[:bs].to(self.device)) if counts is not None
+                else per_request)[:n]
+        scales = torch.zeros(n, device=self.device)
+        scales[: rows.shape[0]] = rows
+        if self.can_use_prefill_cuda_graph(forward_batch):
+            self.static_scales.zero_()
+            self.static_scales[:n].copy_(scales)
+            self.batch_scales = self.static_scales
+        else:
+            self.batch_scales = scales
+
+    def token_scales(self, n: int) -> torch.Tensor:
+        assert self.batch_scales is not None, (
+            "LoRA batch info read before prepare_lora_batch ran for this forward (the capture must prepare it)")
+        return self.batch_scales[:n]
+
+    def reset_routing_cache(self) -> None:
+        self.routing_resets += 1
+
+    def fetch_new_loras(self, *args, **kwargs) -> None:
+        pass

@@ -9,9 +9,19 @@ from typing import Any, Optional
 
 import torch
 
-from harness.models.prefill_model import HIDDEN, NUM_LAYERS
+from harness.models.prefill_model import HIDDEN, NUM_LAYERS, in_breakable_graph
 
 BACKENDS = ("tc_piecewise", "breakable", "full")
+# Paths a release may lack, asked of a layout by name (`Layout.feature_gap`).
+CONTEXT_LIMITS = "fixed-context prefill graphs"
+EXECUTE_HIDDEN_GUARD = "execute's capture_hidden_mode check"
+CAPTURE_FAILURE_MESSAGE = "the prefill capture-failure message"
+DEEPSTACK_WARMUP = "the Qwen3-VL deepstack warm-up"
+MIXED_CHUNK_CHECK = "the runner's mixed-chunk backend check"
+POOLED_OUTPUT = "embedding models' pooled outputs"
+LORA_CAPTURE = "LoRA batch info captured by breakable/full"
+FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE, DEEPSTACK_WARMUP, MIXED_CHUNK_CHECK,
+            POOLED_OUTPUT, LORA_CAPTURE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +53,10 @@ class Layout:
     def chunked_prefix_gap(self) -> Optional[str]:
         return self.target_class.chunked_prefix_gap()
 
+    def feature_gap(self, feature: str) -> Optional[str]:
+        """Why this release cannot drive `feature` (one of `FEATURES`; None: it can)."""
+        return self.target_class.feature_gap(feature)
+
 
 @dataclasses.dataclass(frozen=True)
 class PrefillCase:
@@ -55,6 +69,33 @@ class PrefillCase:
     capture_mode: str = "auto"  # virtual device: "record" | "rerun" | "auto" (record for eager, rerun for inductor)
     multimodal: bool = False  # a VLM: mRoPE positions, embeddings handed to the language model, input_embeds slot
     prefix_chunk_tokens: Optional[int] = None  # full only: chunked-prefix capture, aggregate tokens per prefix chunk
+    # where SGLang reads that capacity: "config" (full_prefill_prefix_chunk_tokens), "chunked_prefill_size" (left
+    # unset, so the scheduler's chunk budget carries it) or "max_bs" (both unset: the prefill phase's max_bs)
+    prefix_chunk_source: str = "config"
+    # Context limits of the graphs: `--cuda-graph-prefill-max-context` (metadata planned at that fixed extent;
+    # SGLang ignores it on tc_piecewise) and the attention backend's default replay cap
+    # (`prefill_cuda_graph_default_max_seq_len`); a longer context (prefix + new tokens) runs eager.
+    max_context_size: Optional[int] = None
+    backend_max_seq_len: Optional[int] = None
+    fixed_context_metadata: bool = True  # the attention backend plans fixed-extent metadata (max_context_size)
+    body: str = "annotated"  # the model body's variant (`harness.models.prefill_model.BODIES`)
+    enable_mixed_chunk: bool = False  # `--enable-mixed-chunk`: decode requests ride in prefill batches (MIXED)
+    # breakable only: the attention backend opts into SGLang's captured-metadata contract (per-bucket metadata
+    # built at capture, refreshed in place at replay)
+    captured_attn_metadata: bool = False
+    pooled: bool = False  # an embedding model: SGLang's EmbeddingPoolerOutput in place of logits
+    wrapped: bool = False  # the causal LM behind a VLM-style `language_model` wrapper (no `model` of its own)
+    # breakable, virtual device only: the attention layers have MHA companions (an MLA model's), whose prefix path
+    # a breakable graph off CUDA cannot capture
+    mha_companion: bool = False
+    lora: bool = False  # a LoRA server (SGLang's lora_manager set; requests on the base model)
+
+    def context_limit(self) -> Optional[int]:
+        """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;
+        tc_piecewise, max_context_size 32 -> None (SGLang ignores it there, with a warning)."""
+        fixed = None if self.backend == "tc_piecewise" else self.max_context_size
+        limits = [limit for limit in (fixed, self.backend_max_seq_len) if limit is not None]
+        return min(limits) if limits else None
 
     @property
     def device_capture_mode(self) -> str:
@@ -111,12 +152,39 @@ def make_attention_backend_class():
             self.token_to_kv_pool = None
             self.forward_metadata = None
             self.metadata_inits = 0
-            max_tokens, device = kv.num_slots, kv.device
-            self.token_row = torch.zeros(max_tokens, dtype=torch.int64, device=device)
-            self.token_position = torch.full((max_tokens,), -1, dtype=torch.int64, device=device)
-            self.token_request = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # index in the batch
-            self.token_prefix = torch.zeros(max_tokens, dtype=torch.int64, device=device)  # its request's prefix
-            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=device)
+            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=kv.device)
+            self.tables = self._new_tables()  # what the attention reads: the current batch's metadata
+            self.bucket_tables: dict = {}  # captured-metadata contract only: token count -> that bucket's tables
+
+        def _new_tables(self) -> SimpleNamespace:
+            """Capture-stable per-token metadata buffers: the token's req_to_token row, its position (-1:
+            padding), its request's index in the batch and cached prefix; `extent`, the columns of req_to_token
+            the metadata covers (the batch's max_seq_len_override, a fixed-context graph's extent, or all)."""
+            max_tokens, device = self.kv.num_slots, self.kv.device
+            return SimpleNamespace(
+                token_row=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+                token_position=torch.full((max_tokens,), -1, dtype=torch.int64, device=device),
+                token_request=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+                token_prefix=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+                extent=torch.tensor(self.kv.req_to_token.shape[1], dtype=torch.int64, device=device))
+
+        # The captured-metadata contract (`use_captured_forward_metadata_for_breakable_cuda_graph`, as hybrid
+        # linear attention opts in): each captured bucket (token count) gets tables of its own, which the replay
+        # refreshes in place from the live batch; inside a breakable graph the attention reads its bucket's
+        # tables, so a replay that skips the refresh computes with the capture's or an earlier batch's metadata.
+        def init_forward_metadata_for_breakable_cuda_graph_capture(self, forward_batch) -> SimpleNamespace:
+            tables = self.bucket_tables[int(forward_batch.input_ids.shape[0])] = self._new_tables()
+            self._write_tables(forward_batch, tables)
+            return tables
+
+        def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, metadata, forward_batch,
+                                                                    static_forward_batch=None) -> None:
+            self._write_tables(forward_batch, metadata)
+
+        def _tables_for(self, num_tokens: int) -> SimpleNamespace:
+            if self.bucket_tables and in_breakable_graph():
+                return self.bucket_tables[num_tokens]
+            return self.tables
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
             pass
@@ -128,9 +196,14 @@ def make_attention_backend_class():
             self.init_forward_metadata_out_graph(forward_batch)
 
         def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+            self._write_tables(forward_batch, self.tables)
+
+        def _write_tables(self, forward_batch, tables: SimpleNamespace) -> None:
             self.metadata_inits += 1
             bs = forward_batch.batch_size
-            rows = [int(r) for r in forward_batch.req_pool_indices[:bs].tolist()]
+            host_rows = getattr(forward_batch, "req_pool_indices_cpu", None)  # planned from the host copy
+            pool_rows = forward_batch.req_pool_indices if host_rows is None else host_rows
+            rows = [int(r) for r in pool_rows[:bs].tolist()]
             seq_lens = [int(s) for s in forward_batch.seq_lens[:bs].tolist()]
             if forward_batch.extend_seq_lens is not None and not forward_batch.forward_mode.is_decode_or_idle():
                 new = [int(n) for n in forward_batch.extend_seq_lens[:bs].tolist()]
@@ -143,36 +216,41 @@ def make_attention_backend_class():
                 token_request += [index] * count
                 token_prefix += [seq_len - count] * count
             n = len(token_row)
-            self.token_row.zero_()
-            self.token_position.fill_(-1)
-            self.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
-            self.token_prefix.zero_()
-            if n:
-                self.token_row[:n] = torch.tensor(token_row, dtype=torch.int64, device=self.kv.device)
-                self.token_position[:n] = torch.tensor(token_position, dtype=torch.int64, device=self.kv.device)
-                self.token_request[:n] = torch.tensor(token_request, dtype=torch.int64, device=self.kv.device)
-                self.token_prefix[:n] = torch.tensor(token_prefix, dtype=torch.int64, device=self.kv.device)
+            tables.token_row.zero_()
+            tables.token_position.fill_(-1)
+            tables.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
+            tables.token_prefix.zero_()
+            for name, values in (("token_row", token_row), ("token_position", token_position),
+                                 ("token_request", token_request), ("token_prefix", token_prefix)):
+                if n:
+                    getattr(tables, name)[:n] = torch.tensor(values, dtype=torch.int64, device=self.kv.device)
+            override = getattr(forward_batch, "max_seq_len_override", None)
+            tables.extent.fill_(self.kv.req_to_token.shape[1] if override is None else override)
             self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
 
         def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
                            prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
             """KV[slots[t]] = x[t] (padding writes PAD_SLOT); output[t] = sum of the cached x over positions
-            0..position(t) of token t's request. With a chunked-prefix full graph's buffers (`prefix_*`, what the
+            0..position(t) of token t's request, within the metadata's extent (positions past it are not read, as
+            a fixed-context backend's metadata ends there). With a chunked-prefix full graph's buffers
+            (`prefix_*`, what the
             captured body hands the op) the cached prefix is read through them, the new tokens through
             req_to_token."""
             t = x.shape[0]
+            tables = self._tables_for(t)
             values = self.kv.values[layer_id]
             values.index_copy_(0, slots[:t].to(torch.int64), x)
             values[PAD_SLOT].zero_()
-            slots = self.kv.req_to_token.index_select(0, self.token_row[:t]).to(torch.int64)  # (t, context)
-            visible = self.context.unsqueeze(0) <= self.token_position[:t].unsqueeze(1)  # (t, context)
+            slots = self.kv.req_to_token.index_select(0, tables.token_row[:t]).to(torch.int64)  # (t, context)
+            visible = self.context.unsqueeze(0) <= tables.token_position[:t].unsqueeze(1)  # (t, context)
+            visible = visible & (self.context < tables.extent).unsqueeze(0)
             if prefix_kv_indices:  # the prefix comes from SGLang's chunk buffers, not req_to_token
-                visible = visible & (self.context.unsqueeze(0) >= self.token_prefix[:t].unsqueeze(1))
+                visible = visible & (self.context.unsqueeze(0) >= tables.token_prefix[:t].unsqueeze(1))
             gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
             output.copy_((gathered * visible.unsqueeze(-1)).sum(dim=1))
             if prefix_kv_indices:
                 sums = self._prefix_sums(values, prefix_kv_indices, prefix_cu_seq_lens)
-                output.add_(sums.index_select(0, self.token_request[:t]))
+                output.add_(sums.index_select(0, tables.token_request[:t]))
 
         @staticmethod
         def _prefix_sums(values: torch.Tensor, kv_indices, cu_seq_lens: torch.Tensor) -> torch.Tensor:
@@ -207,6 +285,7 @@ class Request:
     history: tuple[int, ...] = ()  # the `prefix` token ids already cached (for the by-hand reference)
     embeds: Optional[tuple[tuple[int, int], ...]] = None  # an image request's own embeddings, one per new token
     mrope_delta: tuple[int, int, int] = (0, 0, 0)  # per-axis shift of its mRoPE positions (multimodal model)
+    adapter: Optional[str] = None  # its LoRA adapter on a LoRA server (None: the base model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,16 +295,20 @@ class Batch:
     global_forward_mode: Any = None  # ForwardMode or None
     capture_hidden_mode: str = "NULL"  # CaptureHiddenMode name: hidden states the caller wants back
     return_logprob: bool = False
+    # token-embedding overrides (SGLang's replace_embeds at replace_positions): the first token's embedding replaced
+    # by its own (id, 0), so the numbers stay the text batch's and only the admission is under test
+    replace_embeds: bool = False
 
     @property
     def num_tokens(self) -> int:
         return sum(len(r.tokens) for r in self.requests)
 
 
-def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bool = False):
+def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bool = False, lora: bool = False):
     """The ForwardBatch the scheduler would hand the model runner for `batch` (KV slots bound per request);
     `mrope`: a multimodal model's batch, with mRoPE positions `[3, T]` (position + the request's delta per axis)
-    and, when a request brings its own embeddings, `input_embeds` `[T, 2]` (others embedded as (id, 0))."""
+    and, when a request brings its own embeddings, `input_embeds` `[T, 2]` (others embedded as (id, 0)); `lora`: a
+    LoRA server's batch, carrying each request's adapter (`lora_ids`)."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch
 
     input_ids, positions, out_cache_loc, mrope_positions, embeds = [], [], [], [], []
@@ -264,7 +347,13 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bo
         mrope_positions=tensor(mrope_positions).reshape(-1, 3).T.contiguous() if mrope else None,
         input_embeds=(torch.tensor(embeds, dtype=torch.float32, device=kv.device).reshape(-1, 2)
                       if any(r.embeds is not None for r in batch.requests) else None),
+        lora_ids=[r.adapter for r in batch.requests] if lora else None,
     )
+    if batch.replace_embeds:
+        forward_batch.replace_positions = tensor([0])
+        forward_batch.replace_embeds = torch.tensor([[float(input_ids[0]), 0.0]], device=kv.device)
+    if hasattr(forward_batch, "req_pool_indices_cpu"):  # 0.5.2x: the scheduler's host copy, which planning reads
+        forward_batch.req_pool_indices_cpu = torch.tensor([r.row for r in batch.requests], dtype=torch.int64)
     if translator is not None and hasattr(translator, "own_plan"):
         # what ForwardBatch.init_new does from 0.5.2x: the iteration's KV write plan
         translator.own_plan(forward_batch).bind(forward_batch, translator)
@@ -299,11 +388,19 @@ class PrefillTarget:
         return f"the {cls.__module__} target drives no chunked-prefix capture"
 
     @classmethod
+    def feature_gap(cls, feature: str) -> Optional[str]:
+        """Why this release's target cannot drive `feature` (one of `FEATURES`; None: it can)."""
+        return f"the {cls.__module__} target drives no {feature}"
+
+    @classmethod
     def multimodal_gap(cls) -> Optional[str]:
         """Why this release's runner cannot take the multimodal model (None: it can)."""
         return f"the {cls.__module__} target builds no multimodal batches"
 
     def forward(self, batch: Batch):
+        raise NotImplementedError
+
+    def execute(self, batch: Batch):
         raise NotImplementedError
 
     def eager(self, batch: Batch) -> torch.Tensor:

@@ -176,7 +176,8 @@ class PrefillSession:
         (the model writes its own KV for those tokens, as the chunk before did)."""
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-        earlier = tuple(Request(r.row, r.history, mrope_delta=r.mrope_delta) for r in batch.requests if r.prefix)
+        earlier = tuple(Request(r.row, r.history, mrope_delta=r.mrope_delta, adapter=r.adapter)
+                        for r in batch.requests if r.prefix)
         if earlier:
             self.target.eager(Batch(earlier, ForwardMode.EXTEND, ForwardMode.EXTEND))
 
@@ -233,7 +234,7 @@ class PrefillSession:
             assert_matches_eager(logits, expected, exact=exact)
             if batch.forward_mode.is_extend() or batch.forward_mode.is_decode():
                 mrope = self.case.multimodal
-                rows = [initial_hidden(r.history + r.tokens, r.embeds, r.mrope_delta if mrope else None)
+                rows = [initial_hidden(r.history + r.tokens, r.embeds, r.mrope_delta if mrope else None, r.adapter)
                         for r in batch.requests]
                 by_hand = torch.tensor(reference_logits(rows), dtype=logits.dtype)
                 assert_matches_eager(expected, by_hand)

@@ -21,10 +21,14 @@ from unittest import mock
 import torch
 
 from harness.errors import PathMissing
-from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM
+from harness.models.prefill_model import (
+    HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, PrefillForConditionalGeneration,
+    PrefillLoRAManagerDouble, scores,
+)
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
-    Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
+    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, LORA_CAPTURE, MIXED_CHUNK_CHECK,
+    POOLED_OUTPUT, Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
     can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context,
@@ -39,6 +43,16 @@ MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
 REQUIRED = (RUNNER_MODULE, TC_BACKEND_MODULE, "sglang.srt.compilation.compile", "sglang.srt.compilation.backend",
             "sglang.srt.compilation.cuda_piecewise_backend", COMPILE_PHASE_MODULE, CONFIG_MODULE, MODEL_RUNNER_MODULE)
+# feature -> (the runner class, or None for its module; the name the feature needs there). MIXED_CHUNK_CHECK and
+# LORA_CAPTURE: a name the constructor's source must read (a check inside __init__, not a name of its own).
+SOURCE_FEATURES = (MIXED_CHUNK_CHECK, LORA_CAPTURE)
+FEATURE_NAMES = {CONTEXT_LIMITS: ("PrefillCudaGraphRunner", "_validate_max_context_capacity"),
+                 EXECUTE_HIDDEN_GUARD: ("PrefillCudaGraphRunner", "_validate_capture_hidden_mode"),
+                 CAPTURE_FAILURE_MESSAGE: (None, "prefill_failure_msg"),
+                 DEEPSTACK_WARMUP: ("PrefillCudaGraphRunner", "run_dummy_multimodal_deepstack_forward"),
+                 MIXED_CHUNK_CHECK: ("PrefillCudaGraphRunner", "enable_mixed_chunk"),
+                 POOLED_OUTPUT: (None, "EmbeddingPoolerOutput"),
+                 LORA_CAPTURE: ("PrefillCudaGraphRunner", "_capture_lora")}
 NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'): the harness sets "
         "PhaseConfig.backend='tc_piecewise' directly and constructs TcPiecewiseCudaGraphBackend "
         "for the runner in place of resolve_prefill_backend")
@@ -54,14 +68,23 @@ def publish_config(case: PrefillCase, device: str) -> Any:
     extra = {}
     if "full_prefill_max_req" in fields:  # 0.5.2x; 0.5.14's PhaseConfig has no such field
         extra["full_prefill_max_req"] = case.full_prefill_max_req if case.backend == "full" else None
-    if case.prefix_chunk_tokens is not None:  # chunked-prefix full capture (0.5.2x)
-        extra["full_prefill_prefix_chunk_tokens"] = case.prefix_chunk_tokens
+    chunk_budget = max(case.capture_tokens)
+    if case.prefix_chunk_tokens is not None:  # chunked-prefix full capture (0.5.2x), its capacity from the source
+        if case.prefix_chunk_source == "config":
+            extra["full_prefill_prefix_chunk_tokens"] = case.prefix_chunk_tokens
+        elif case.prefix_chunk_source == "chunked_prefill_size":
+            chunk_budget = case.prefix_chunk_tokens
+        else:  # "max_bs": no chunk budget (chunked prefill off)
+            chunk_budget, extra["max_bs"] = -1, case.prefix_chunk_tokens
+    if case.max_context_size is not None:  # fixed-context graphs (0.5.2x)
+        extra["max_context_size"] = case.max_context_size
     prefill = PhaseConfig(backend=backend, bs=list(case.capture_tokens), **extra)
     server_args = ServerArgs(
         model_path="dummy", device=device,
         cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="disabled"), prefill=prefill),
-        max_running_requests=case.max_requests, chunked_prefill_size=max(case.capture_tokens),
+        max_running_requests=case.max_requests, chunked_prefill_size=chunk_budget,
         disable_radix_cache=True, disable_chunked_prefix_cache=case.prefix_chunk_tokens is None,
+        enable_mixed_chunk=case.enable_mixed_chunk,
     )
     if not publish_server_args(server_args):
         # 0.5.14 to 0.5.1x and main trees without runtime_context: no published config namespaces; the runner
@@ -117,11 +140,13 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
         device=kv.device, gpu_id=0, model=model, model_config=model_config, server_args=server_args,
         dtype=torch.float32, attn_backend=attn_backend, decode_attn_backend=attn_backend,
         req_to_token_pool=attn_backend.req_to_token_pool, token_to_kv_pool=SimpleNamespace(
-            layer_transfer_counter=None), lora_manager=None,
+            layer_transfer_counter=None),
+        lora_manager=None,
         ngram_embedding_manager=SimpleNamespace(enabled=False, table=None),
         spec_algorithm=SpeculativeAlgorithm.NONE, is_draft_worker=False, is_generation=True, support_pp=False,
         graph_shared_output=_GraphSharedOutput(), kv_index_translator=make_kv_index_translator(kv),
-        pp_group=pp_group, attention_layers=[None] * NUM_LAYERS, mha_companion_layers=[None] * NUM_LAYERS,
+        pp_group=pp_group, attention_layers=[None] * NUM_LAYERS,
+        mha_companion_layers=[SimpleNamespace(kind="MHA companion") if case.mha_companion else None] * NUM_LAYERS,
         moe_layers=[None] * NUM_LAYERS, moe_fusions=[None] * NUM_LAYERS, kv_cache_dtype=torch.float32,
         hisparse_coordinator=None, device_timer=None, canary_manager=None, shared_read_done_event=None,
         max_running_requests=case.max_requests, max_total_num_tokens=kv.num_slots,
@@ -208,6 +233,14 @@ class Target(PrefillTarget):
     def __init__(self, case: PrefillCase, layout: Layout, device: str = "cpu"):
         super().__init__(case, layout, device)
         self._patches = contextlib.ExitStack()
+        try:
+            self._build(case, device)
+        except BaseException:
+            # a runner SGLang refused to build: its kernel stand-ins must not wrap the next target's
+            self._patches.close()
+            raise
+
+    def _build(self, case: PrefillCase, device: str) -> None:
         if device == "cpu" and case.prefix_chunk_tokens is not None:
             runner_module = load(RUNNER_MODULE)
             kernel = runner_module.create_chunked_prefix_cache_kv_indices
@@ -216,9 +249,15 @@ class Target(PrefillTarget):
         self.server_args = publish_config(case, device)
         ensure_tp_group()
         self.kv = KvCache(case.max_requests, case.max_context, device=device)
-        self.model = PrefillForCausalLM(multimodal=case.multimodal).to(device)
+        model_class = PrefillForConditionalGeneration if case.wrapped else PrefillForCausalLM
+        self.model = model_class(multimodal=case.multimodal, body=case.body, pooled=case.pooled).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
+        self.attn_backend.prefill_cuda_graph_default_max_seq_len = case.backend_max_seq_len
+        self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
+        self.attn_backend.use_captured_forward_metadata_for_breakable_cuda_graph = case.captured_attn_metadata
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
+        if case.lora:  # a LoRA server: SGLang's manager (a double) and the body reading its batch info
+            self.model_runner.lora_manager = self.model.model.lora_manager = PrefillLoRAManagerDouble(device)
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
             EagerRunner = load(EAGER_RUNNER_MODULE, "EagerRunner")
             self.model_runner.eager_runner = EagerRunner(self.model_runner)  # its warm-up is a no-op off CUDA
@@ -259,23 +298,49 @@ class Target(PrefillTarget):
         """Chunked-prefix full capture arrived in 0.5.2x."""
         return _runner_lacks("_prepare_chunked_prefix_capture", "chunked-prefix full capture")
 
+    @classmethod
+    def feature_gap(cls, feature: str) -> Optional[str]:
+        """Each feature arrived in 0.5.2x with a runner name it needs (`FEATURE_NAMES`)."""
+        owner, name = FEATURE_NAMES[feature]
+        where = load(RUNNER_MODULE, owner) if owner else load(RUNNER_MODULE)
+        if feature in SOURCE_FEATURES:
+            if name in inspect.getsource(where.__init__):
+                return None
+        elif hasattr(where, name):
+            return None
+        return f"SGLang {sglang_version()}: the prefill runner has no {name} ({feature})"
+
+    @staticmethod
+    def compile_pass_failing(cause: str):
+        """While active, the tc_piecewise compile pass raises RuntimeError(cause), as an OOM inside it does."""
+        backend_class = load(TC_BACKEND_MODULE, "TcPiecewiseCudaGraphBackend")
+        return mock.patch.object(backend_class, "_run_compile_pass", side_effect=RuntimeError(cause))
+
+    def execute(self, batch: Batch):
+        """The runner's `execute` called directly, as a caller that skips `can_run_graph` would."""
+        return self.runner.execute(self._forward_batch(batch))
+
     def close(self) -> None:
         self._patches.close()
 
     def _forward_batch(self, batch: Batch):
-        return build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator, mrope=self.case.multimodal)
+        forward_batch = build_forward_batch(batch, self.kv, self.model_runner.kv_index_translator,
+                                            mrope=self.case.multimodal, lora=self.case.lora)
+        if self.case.lora:  # what ForwardBatch.init_new does on a LoRA server
+            self.model_runner.lora_manager.prepare_lora_batch(forward_batch)
+        return forward_batch
 
     def forward(self, batch: Batch):
         forward_batch = self._forward_batch(batch)
         out = type(self.model_runner)._forward_raw(self.model_runner, forward_batch, None)
-        return out.logits_output.next_token_logits, bool(out.can_run_graph), forward_batch
+        return scores(out.logits_output), bool(out.can_run_graph), forward_batch
 
     def eager(self, batch: Batch) -> torch.Tensor:
         forward_batch = self._forward_batch(batch)
         self.attn_backend.init_forward_metadata(forward_batch)
         with forward_context(self.attn_backend, forward_batch):
-            return self.model(forward_batch.input_ids, forward_batch.positions, forward_batch,
-                              input_embeds=forward_batch.input_embeds).next_token_logits
+            return scores(self.model(forward_batch.input_ids, forward_batch.positions, forward_batch,
+                                     input_embeds=forward_batch.input_embeds))
 
     def can_run_graph(self, batch: Batch) -> bool:
         return bool(self.runner.can_run_graph(self._forward_batch(batch)))

@@ -126,7 +126,7 @@ class Target(PrefillTarget):
         self.attn_backend = make_attention_backend_class()(self.kv)
         bind_sglang_hooks(attn_backend=_attention_backend_of_forward(self.attn_backend), in_breakable=_never,
                           eager_on_graph=_no_breakable)
-        self.model = PrefillForCausalLM().to(device)
+        self.model = PrefillForCausalLM(body=case.body).to(device)
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         self.runner = load(RUNNER_MODULE, "PiecewiseCudaGraphRunner")(self.model_runner)
         self.model_runner.piecewise_cuda_graph_runner = self.runner
