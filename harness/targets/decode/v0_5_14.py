@@ -44,7 +44,8 @@ class Target(DecodeTarget):
 
     def attention_backend_for(self, case: DecodeCase):
         """With the metadata glue graph, a double whose prep the glue can capture (`glue.py`)."""
-        return make_glue_attention_backend_class if case.switches.metadata_glue else self.attention_backend_class
+        glue = case.switches.metadata_glue or case.switches.dspark_verify_glue
+        return make_glue_attention_backend_class if glue else self.attention_backend_class
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         server_args = self.server_args(case, device)
