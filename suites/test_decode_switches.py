@@ -77,7 +77,7 @@ def skip_dspark_switches(layout, personality) -> None:
         pytest.skip("the DSPARK target verify switches are the decode runner's: run with --personality cuda")
 
 
-@suite_settings(gate_examples=2, shrink_in_gate=False)
+@suite_settings(gate_examples=1, shrink_in_gate=False)
 @given(case=dspark_cases(dspark_verify_glue=True), data=st.data())
 def test_dspark_verify_glue_replays_match_eager(case, data, device, personality, layout):
     """A DSPARK target verify runner's metadata prep through its own glue graph (the backend declares it host-free):
@@ -93,7 +93,7 @@ def test_dspark_verify_glue_replays_match_eager(case, data, device, personality,
 PREFILLED_PREFIX = ["execute", "stale_mark", "planned", "stale_mark"]
 
 
-@suite_settings(gate_examples=2, shrink_in_gate=False)
+@suite_settings(gate_examples=1, shrink_in_gate=False)
 @given(case=dspark_cases(skip_prefilled=True), data=st.data())
 def test_dspark_preplanned_verify_skips_prefilled_inputs(case, data, device, personality, layout):
     """Pre-planned DSPARK verify batches (load_batch + mark, then execute with the same tensors) skip the
