@@ -12,6 +12,7 @@
   (DSPARK's causal TARGET_VERIFY batches, `dspark_batch()`, for a speculative case).
 - `dspark_cases()`: a DSPARK target worker's static verify, under its own switches (its verify metadata glue, its
   pre-planned input skip); with `glue_batches()`, or `prefilled_batches()` for the pre-planned skip.
+  A DFLASH draft worker's case with the draft glue (`draft_glue`) gets `glue_batches()` of draft batches.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from harness.oracles.npu_graph_update import NO_UPDATE_ARCHITECTURES, V2_SEQ_LEN_ARCHITECTURES
 from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
 from strategies.capture import decode_batch, decode_cases, replay_batches
+from strategies.ragged import draft_batch
 
 
 @st.composite
@@ -75,6 +77,8 @@ def glue_batches(draw, case, capture_bs: list[int]):
     replays per key: past the glue's two warm-ups and its capture, into glued replays)."""
     sizes = draw(st.lists(st.sampled_from(sorted(capture_bs)), min_size=1, max_size=2, unique=True))
     order = draw(st.permutations([s for s in sizes for _ in range(draw(st.integers(2, 3)))]))
+    if case.switches.draft_glue:
+        return [draw(draft_batch(case, size)) for size in order]
     return [draw(dspark_batch(case, size)) if case.spec else
             draw(decode_batch(size, lora=False, pool=case.max_running_requests)) for size in order]
 

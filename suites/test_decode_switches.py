@@ -3,8 +3,11 @@ profiling (`--enable-profile-cuda-graph`, one trace per captured shape with `SGL
 metadata glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with or without `SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW`) and
 the replay log (`SGLANG_LOG_DECODE_GRAPH_KEY`), a DSPARK target verify runner's own metadata glue
 (`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`) and pre-planned input skip
-(`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`); every replay still equals eager."""
+(`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`), a draft worker's metadata glue; every replay still equals
+eager."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from hypothesis import given, strategies as st
@@ -15,11 +18,13 @@ from harness.oracles.prefilled_inputs import check_prefilled_skips
 from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
 from harness.record import example
+from harness.targets.decode.planned import KINDS
+from harness.targets.decode.switches import RunnerSwitches
 from strategies.capture import replay_batches
+from strategies.ragged import draft_cases
 from strategies.switches import (
     dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, prefilled_batches, profile_cases,
 )
-from harness.targets.decode.planned import KINDS
 from suites.test_decode_capture import capture_and_check, device, layout, skip_without_speculative  # noqa: F401
 
 
@@ -107,3 +112,18 @@ def test_dspark_preplanned_verify_skips_prefilled_inputs(case, data, device, per
         skip_dspark_switches(layout, personality)
         run_switched(case, lambda sizes: data.draw(prefilled_batches(case, sizes), label="batches"), device,
                      personality, layout, ex, lambda target, *_: check_prefilled_skips(target), kinds=kinds)
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=draft_cases(), data=st.data())
+def test_draft_glue_replays_match_eager(case, data, device, personality, layout):
+    """A DFLASH draft worker's metadata prep through the glue graph (no switch: its backend declares the prep
+    host-free), draft batches of captured sizes past the warm-ups, each equal to eager."""
+    from harness.targets.decode.draft import draft_layout
+
+    case = dataclasses.replace(case, switches=RunnerSwitches(draft_glue=True))
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+                     personality, draft_layout(layout), ex,
+                     lambda target, batches, _: check_glue_served(target, batches), serve_graphs=GlueGraphs())

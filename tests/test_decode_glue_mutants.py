@@ -15,7 +15,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
 - DSPARK target verify metadata glue (`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`): the draft's declaration read
   instead of the target verify's, the algorithm check inverted, a glued prep re-installing without replay.
   Pre-planned input skip (`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`): a marked batch's fresh input_ids or positions left uncopied
-  (the tensor identity check dropped), the plan-time record never cleared.
+  (the tensor identity check dropped), the plan-time record never cleared. A draft worker's glue: its static-verify
+  or draft-worker check inverted, a glued prep re-installing without replay.
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
   requests.
 """
@@ -37,6 +38,7 @@ NPU_REPLAY = f"{NPU}::test_npu_replay_matches_eager_and_updates_graph"
 DP_GATHER = f"{SWITCHES}::test_dp_gathered_buffers_replay_matches_eager"
 DSPARK_GLUE = f"{SWITCHES}::test_dspark_verify_glue_replays_match_eager"
 PREFILLED = f"{SWITCHES}::test_dspark_preplanned_verify_skips_prefilled_inputs"
+DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
 
 MUTANTS = {
     "memory_history_left_on": (PROFILED, [(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
@@ -118,6 +120,20 @@ MUTANTS = {
     "dspark_glue_reinstalls_without_replay": (
         DSPARK_GLUE, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
                        "                backend.forward_metadata = metadata\n")],
+        "graph-replay", ["replayed no captured graph", "TARGET_VERIFY"]),
+    "draft_glue_ragged_check_inverted": (  # the static verify read as ragged: the draft glue never on
+        DRAFT_GLUE, [(RUNNER, '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() != "static":\n            why = "ragged verify"',
+                      '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() == "static":\n            why = "ragged verify"')],
+        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "draft_glue_worker_check_inverted": (
+        DRAFT_GLUE, [(RUNNER, "        if not self.model_runner.is_draft_worker:\n            return False\n"
+                              "        if envs.SGLANG_RAGGED_VERIFY_MODE",
+                      "        if self.model_runner.is_draft_worker:\n            return False\n"
+                      "        if envs.SGLANG_RAGGED_VERIFY_MODE")],
+        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "draft_glue_reinstalls_without_replay": (
+        DRAFT_GLUE, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
+                      "                backend.forward_metadata = metadata\n")],
         "graph-replay", ["replayed no captured graph", "TARGET_VERIFY"]),
     "prefilled_input_ids_skip_ignores_identity": (  # a marked batch's fresh input_ids left uncopied
         PREFILLED, [(RUNNER, "        if prefilled is None or forward_batch.input_ids is not prefilled[0]:\n",

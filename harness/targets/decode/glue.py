@@ -9,7 +9,8 @@ only, and publishes views of that buffer. The model reads those seq_lens, so a g
 replayed the wrong key, or re-installed stale metadata gives a wrong output. A DSPARK target verify batch is
 prepped the same way, its draft block causal (DFLASH's block drafting: row j of a request sees j + 1 drafts, a
 constant of the replay key's width, never read from the batch's own mask tensor, which the glue would replay
-stale), and the double declares that prep host-free (`glue_target_verify_metadata`), as DeepSeek V4's backend does;
+stale), and the double declares that prep host-free (`glue_target_verify_metadata`, and a draft's, maskless:
+`glue_draft_metadata`), as DeepSeek V4's backend does;
 an EAGLE verify mask's per-row counts are host work, so those batches take the base double's eager prep."""
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def make_glue_attention_backend_class():
             bs = forward_batch.seq_lens.shape[0]
             self.graph.seq_lens[:bs].copy_(forward_batch.seq_lens)
             self.graph.visible_drafts.zero_()
-            if block:
+            if block and spec_info.custom_mask is not None:  # a target's verify; a draft's has no mask
                 rows = bs * spec_info.draft_token_num
                 self.graph.visible_drafts[:rows].copy_(torch.arange(rows, device=self.device)
                                                        % spec_info.draft_token_num + 1)
@@ -44,5 +45,8 @@ def make_glue_attention_backend_class():
 
         def glue_target_verify_metadata(self) -> str:
             return ""  # host-free: the prep above
+
+        def glue_draft_metadata(self) -> str:
+            return ""  # host-free: the prep above (a draft's verify input has no mask)
 
     return GlueableAttentionDouble

@@ -31,6 +31,7 @@ class RunnerSwitches:
     dp_gather: bool = False  # --moe-dense-tp-size 1: the runner's gathered DP buffers (require_attn_tp_gather)
     dspark_verify_glue: bool = False  # a DSPARK target verify runner's own metadata glue switch
     skip_prefilled: bool = False  # a DSPARK target verify runner skips re-copying pre-planned input_ids / positions
+    draft_glue: bool = False  # a draft runner's metadata glue (no switch: on where its backend declares it)
 
     def environment_variables(self) -> dict[str, str]:
         """The SGLang environment variables these switches set (each to "1")."""
@@ -44,6 +45,7 @@ class RunnerSwitches:
 
     def missing(self, runner_module: str) -> Optional[str]:
         """Why the installed release cannot run these switches (naming the release and the missing name), or None."""
+        from harness.targets.sglang_plumbing import load
         from harness.versions import module_exists, sglang_version
 
         if self == RunnerSwitches():
@@ -61,7 +63,9 @@ class RunnerSwitches:
 
             if "can_run_decode_cuda_graph" not in getattr(ForwardBatch, "__dataclass_fields__", {}):
                 return f"SGLang {sglang_version()} has no ForwardBatch.can_run_decode_cuda_graph: no DP fields driven"
-        if self.metadata_glue or self.dspark_verify_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
+        if self.draft_glue and not hasattr(load(runner_module, "DecodeCudaGraphRunner"), "_glues_draft_metadata"):
+            return f"SGLang {sglang_version()} has no DecodeCudaGraphRunner._glues_draft_metadata: no draft glue"
+        if self.metadata_glue or self.dspark_verify_glue or self.draft_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
             from sglang.srt.model_executor.runner.metadata_glue_graph import MetadataGlueGraph
 
             if "self.replays" not in inspect.getsource(MetadataGlueGraph.__init__):
