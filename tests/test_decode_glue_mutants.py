@@ -40,6 +40,10 @@ DSPARK_GLUE = f"{SWITCHES}::test_dspark_verify_glue_replays_match_eager"
 PREFILLED = f"{SWITCHES}::test_dspark_preplanned_verify_skips_prefilled_inputs"
 DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
 
+GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
+                     "                backend.forward_metadata = metadata\n")]  # a glued prep without its replay
+GLUE_NOT_SERVED = ("graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"])
+
 MUTANTS = {
     "memory_history_left_on": (PROFILED, [(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
                                            "")],
@@ -51,14 +55,11 @@ MUTANTS = {
         PROFILED, [(FULL, "        if profiler is not None:\n            profiler.step()\n\n"
                           "        self._graphs[shape_key] = graph", "\n        self._graphs[shape_key] = graph")],
         "capture-profile", ["capture traces (per_shape)", "missing"]),
-    "glue_reinstalls_without_replay": (
-        GLUED, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
-                 "                backend.forward_metadata = metadata\n")],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "glue_reinstalls_without_replay": (GLUED, GLUE_REINSTALLS, *GLUE_NOT_SERVED),
     "skipped_view_reinstalls_without_replay": (
         GLUED, [(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
                  "            self._metadata_glue.reinstall(glue_key)\n")],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+        *GLUE_NOT_SERVED),
     "replay_log_names_raw_size": (PROFILED, [(RUNNER, "                    self._replay_graph_key.size,\n",
                                               "                    forward_batch.batch_size,\n")],
                                   "replay-log", ["SGLANG_LOG_DECODE_GRAPH_KEY", "first difference"]),
@@ -110,31 +111,27 @@ MUTANTS = {
     "dspark_glue_asks_draft_declaration": (  # the draft runner's check copied: the wrong backend declaration read
         DSPARK_GLUE, [(RUNNER, "        why = self.attn_backend.glue_target_verify_metadata()\n",
                        "        why = self.attn_backend.glue_draft_metadata()\n")],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+        *GLUE_NOT_SERVED),
     "dspark_glue_algorithm_check_inverted": (
         DSPARK_GLUE, [(RUNNER, "            or not self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
                                "            return False\n        why = self.attn_backend.glue_target_verify_metadata()",
                        "            or self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
                        "            return False\n        why = self.attn_backend.glue_target_verify_metadata()")],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
-    "dspark_glue_reinstalls_without_replay": (
-        DSPARK_GLUE, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
-                       "                backend.forward_metadata = metadata\n")],
-        "graph-replay", ["replayed no captured graph", "TARGET_VERIFY"]),
+        *GLUE_NOT_SERVED),
+    "dspark_glue_reinstalls_without_replay": (DSPARK_GLUE, GLUE_REINSTALLS, "graph-replay",
+                                              ["replayed no captured graph", "TARGET_VERIFY"]),
     "draft_glue_ragged_check_inverted": (  # the static verify read as ragged: the draft glue never on
         DRAFT_GLUE, [(RUNNER, '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() != "static":\n            why = "ragged verify"',
                       '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() == "static":\n            why = "ragged verify"')],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+        *GLUE_NOT_SERVED),
     "draft_glue_worker_check_inverted": (
         DRAFT_GLUE, [(RUNNER, "        if not self.model_runner.is_draft_worker:\n            return False\n"
                               "        if envs.SGLANG_RAGGED_VERIFY_MODE",
                       "        if self.model_runner.is_draft_worker:\n            return False\n"
                       "        if envs.SGLANG_RAGGED_VERIFY_MODE")],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
-    "draft_glue_reinstalls_without_replay": (
-        DRAFT_GLUE, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
-                      "                backend.forward_metadata = metadata\n")],
-        "graph-replay", ["replayed no captured graph", "TARGET_VERIFY"]),
+        *GLUE_NOT_SERVED),
+    "draft_glue_reinstalls_without_replay": (DRAFT_GLUE, GLUE_REINSTALLS, "graph-replay",
+                                             ["replayed no captured graph", "TARGET_VERIFY"]),
     "prefilled_input_ids_skip_ignores_identity": (  # a marked batch's fresh input_ids left uncopied
         PREFILLED, [(RUNNER, "        if prefilled is None or forward_batch.input_ids is not prefilled[0]:\n",
                      "        if prefilled is None:\n")],
