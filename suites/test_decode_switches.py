@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from harness.oracles.capture_profile import check_capture_profile
-from harness.oracles.metadata_glue import GlueGraphs, check_glue_served
+from harness.oracles.metadata_glue import GlueGraphs, check_glue_declined, check_glue_served
 from harness.oracles.prefilled_inputs import check_prefilled_skips
 from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
@@ -92,6 +92,17 @@ def test_dspark_verify_glue_replays_match_eager(case, data, device, personality,
         run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
                      personality, layout, ex, lambda target, batches, _: check_glue_served(target, batches),
                      serve_graphs=GlueGraphs())
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=dspark_cases(dspark_verify_glue=True, glue_declined=True), data=st.data())
+def test_dspark_verify_glue_declined_by_backend(case, data, device, personality, layout):
+    """The switch on, but the backend's verify prep reads host values (the base double: the verify mask's counts):
+    SGLang keeps the eager prep, builds no glue graph, and every replay equals eager."""
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda target, *_: check_glue_declined(target))
 
 
 # a load, its mark without a plan (fresh tensors: re-copied), a plan, a mark finding the record cleared; then drawn

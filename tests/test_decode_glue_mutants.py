@@ -13,7 +13,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   without the draft tokens, or with them for DECODE;
   DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again.
 - DSPARK target verify metadata glue (`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`): the draft's declaration read
-  instead of the target verify's, the algorithm check inverted, a glued prep re-installing without replay.
+  instead of the target verify's, a declined declaration ignored, the algorithm check inverted, a glued prep
+  re-installing without replay.
   Pre-planned input skip (`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`): a marked batch's fresh input_ids or positions left uncopied
   (the tensor identity check dropped), the plan-time record never cleared. A draft worker's glue: its static-verify
   or draft-worker check inverted, a glued prep re-installing without replay.
@@ -38,6 +39,7 @@ NPU_REPLAY = f"{NPU}::test_npu_replay_matches_eager_and_updates_graph"
 DP_GATHER = f"{SWITCHES}::test_dp_gathered_buffers_replay_matches_eager"
 DSPARK_GLUE = f"{SWITCHES}::test_dspark_verify_glue_replays_match_eager"
 PREFILLED = f"{SWITCHES}::test_dspark_preplanned_verify_skips_prefilled_inputs"
+DECLINED = f"{SWITCHES}::test_dspark_verify_glue_declined_by_backend"
 DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
 
 GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
@@ -120,6 +122,11 @@ MUTANTS = {
         *GLUE_NOT_SERVED),
     "dspark_glue_reinstalls_without_replay": (DSPARK_GLUE, GLUE_REINSTALLS, "graph-replay",
                                               ["replayed no captured graph", "TARGET_VERIFY"]),
+    "dspark_glue_declaration_ignored": (  # the backend's reason logged but the glue built anyway
+        DECLINED, [(RUNNER, '            logger.info("Target verify metadata glue graph off: %s.", why)\n'
+                            "            return False\n",
+                    '            logger.info("Target verify metadata glue graph off: %s.", why)\n')],
+        "graph-replay", ["new graph(s) at serve time", "TARGET_VERIFY"]),  # the glue's capture attempt
     "draft_glue_ragged_check_inverted": (  # the static verify read as ragged: the draft glue never on
         DRAFT_GLUE, [(RUNNER, '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() != "static":\n            why = "ragged verify"',
                       '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() == "static":\n            why = "ragged verify"')],

@@ -30,6 +30,7 @@ class RunnerSwitches:
     architecture: str = DEFAULT_ARCHITECTURE
     dp_gather: bool = False  # --moe-dense-tp-size 1: the runner's gathered DP buffers (require_attn_tp_gather)
     dspark_verify_glue: bool = False  # a DSPARK target verify runner's own metadata glue switch
+    glue_declined: bool = False  # with dspark_verify_glue: the attention backend declares no host-free verify prep
     skip_prefilled: bool = False  # a DSPARK target verify runner skips re-copying pre-planned input_ids / positions
     draft_glue: bool = False  # a draft runner's metadata glue (no switch: on where its backend declares it)
 
