@@ -76,13 +76,14 @@ def draft_cases(draw, algorithm: str = "DFLASH"):
 def draft_batches(draw, case, capture_bs: list[int], *, max_batches: int = 3) -> list[DraftBatch]:
     """Verify batches of a draft worker: sizes on, between and at the edges of the grid, each token's embeddings
     drawn (multiples of 0.125, exact in float32)."""
-    batches = []
-    for _ in range(draw(st.integers(1, max_batches))):
-        batch = draw(decode_batch(draw(replay_sizes(capture_bs)), lora=False, forward_mode="TARGET_VERIFY",
-                                  width=case.tokens_per_request, pool=case.max_running_requests))
-        embeds = draw(st.lists(st.lists(st.integers(-16, 16).map(lambda v: v / 8), min_size=HIDDEN,
-                                        max_size=HIDDEN), min_size=len(batch.input_ids),
-                               max_size=len(batch.input_ids)))
-        batches.append(DraftBatch(**{**{f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)},
-                                     "draft_visibility": None, "input_embeds": embeds}))
-    return batches
+    return [draw(draft_batch(case, draw(replay_sizes(capture_bs)))) for _ in range(draw(st.integers(1, max_batches)))]
+
+
+@st.composite
+def draft_batch(draw, case, size: int) -> DraftBatch:
+    batch = draw(decode_batch(size, lora=False, forward_mode="TARGET_VERIFY", width=case.tokens_per_request,
+                              pool=case.max_running_requests))
+    embeds = draw(st.lists(st.lists(st.integers(-16, 16).map(lambda v: v / 8), min_size=HIDDEN, max_size=HIDDEN),
+                           min_size=len(batch.input_ids), max_size=len(batch.input_ids)))
+    return DraftBatch(**{**{f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)},
+                         "draft_visibility": None, "input_embeds": embeds})

@@ -8,7 +8,11 @@
 - `dp_gather_cases()` with `dp_batches()`: `--moe-dense-tp-size 1` (the gathered DP buffers on one rank), batches
   with the scheduler's DP fields.
 - `glue_cases()` with `glue_batches()`: the metadata glue graph, which only serves unpadded, LoRA-free batches
-  after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times.
+  after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times
+  (DSPARK's causal TARGET_VERIFY batches, `dspark_batch()`, for a speculative case).
+- `dspark_cases()`: a DSPARK target worker's static verify, under its own switches (its verify metadata glue, its
+  pre-planned input skip); with `glue_batches()`, or `prefilled_batches()` for the pre-planned skip.
+  A DFLASH draft worker's case with the draft glue (`draft_glue`) gets `glue_batches()` of draft batches.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from hypothesis import strategies as st
 from harness.oracles.npu_graph_update import NO_UPDATE_ARCHITECTURES, V2_SEQ_LEN_ARCHITECTURES
 from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
 from strategies.capture import decode_batch, decode_cases, replay_batches
+from strategies.ragged import draft_batch
 
 
 @st.composite
@@ -72,4 +77,35 @@ def glue_batches(draw, case, capture_bs: list[int]):
     replays per key: past the glue's two warm-ups and its capture, into glued replays)."""
     sizes = draw(st.lists(st.sampled_from(sorted(capture_bs)), min_size=1, max_size=2, unique=True))
     order = draw(st.permutations([s for s in sizes for _ in range(draw(st.integers(2, 3)))]))
-    return [draw(decode_batch(size, lora=False, pool=case.max_running_requests)) for size in order]
+    if case.switches.draft_glue:
+        return [draw(draft_batch(case, size)) for size in order]
+    return [draw(dspark_batch(case, size)) if case.spec else
+            draw(decode_batch(size, lora=False, pool=case.max_running_requests)) for size in order]
+
+
+def dspark_batch(case, size: int):
+    """A DSPARK TARGET_VERIFY batch: its draft block causal (row j sees drafts 0..j), as DFLASH drafts a block."""
+    width = case.tokens_per_request
+    chain = [[k <= j for k in range(width)] for j in range(width)]
+    return decode_batch(size, lora=False, forward_mode="TARGET_VERIFY", width=width,
+                        pool=case.max_running_requests).map(
+        lambda b: dataclasses.replace(b, draft_visibility=[chain] * size))
+
+
+@st.composite
+def dspark_cases(draw, **switches):
+    """A DSPARK target worker's uniform (static) verify case, LoRA-free, under `switches` (`RunnerSwitches`)."""
+    case = draw(decode_cases(lora=False, speculative=True))
+    return dataclasses.replace(case, spec=dataclasses.replace(case.spec, algorithm="DSPARK"),
+                               switches=RunnerSwitches(**switches))
+
+
+@st.composite
+def prefilled_batches(draw, case, capture_bs: list[int]):
+    """Two or three TARGET_VERIFY batches of one captured size (so a mark without a plan fits the last plan), each
+    batch's input_ids and positions raised by twice its index: with the suite's shifted replay (+1) no two
+    consecutive replays share them, so a re-copy skipped where the tensors differ shows."""
+    size = draw(st.sampled_from(sorted(capture_bs)))
+    batches = [draw(dspark_batch(case, size)) for _ in range(draw(st.integers(2, 3)))]
+    return [dataclasses.replace(b, input_ids=[t + 2 * k for t in b.input_ids],
+                                positions=[p + 2 * k for p in b.positions]) for k, b in enumerate(batches)]

@@ -106,6 +106,7 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
                                   count_replays=device.counts_graphs, replay=replay, serve_graphs=serve_graphs)
         if kinds is not None:
             ex.note("kinds_taken", replays.taken)
+            target.kinds_taken = replays.taken
         watcher.check("a replay compiled a frame")
     return target
 

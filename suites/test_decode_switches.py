@@ -1,20 +1,31 @@
 """The decode runner's switches a user sets beside the capture config, on the run's personality: capture
 profiling (`--enable-profile-cuda-graph`, one trace per captured shape with `SGLANG_GRAPH_BATCH_CAPTURE`), the
 metadata glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with or without `SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW`) and
-the replay log (`SGLANG_LOG_DECODE_GRAPH_KEY`); every replay still equals eager."""
+the replay log (`SGLANG_LOG_DECODE_GRAPH_KEY`), a DSPARK target verify runner's own metadata glue
+(`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`) and pre-planned input skip
+(`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`), a draft worker's metadata glue; every replay still equals
+eager."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from hypothesis import given, strategies as st
 
 from harness.oracles.capture_profile import check_capture_profile
-from harness.oracles.metadata_glue import GlueGraphs, check_glue_served
+from harness.oracles.metadata_glue import GlueGraphs, check_glue_declined, check_glue_served
+from harness.oracles.prefilled_inputs import check_prefilled_skips
 from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
 from harness.record import example
+from harness.targets.decode.planned import KINDS
+from harness.targets.decode.switches import RunnerSwitches
 from strategies.capture import replay_batches
-from strategies.switches import dp_batches, dp_gather_cases, glue_batches, glue_cases, profile_cases
-from suites.test_decode_capture import capture_and_check, device, layout  # noqa: F401 - fixtures
+from strategies.ragged import draft_cases
+from strategies.switches import (
+    dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, prefilled_batches, profile_cases,
+)
+from suites.test_decode_capture import capture_and_check, device, layout, skip_without_speculative  # noqa: F401
 
 
 def run_switched(case, draw_batches, device, personality, layout, ex, check, **kwargs) -> None:
@@ -63,3 +74,67 @@ def test_dp_gathered_buffers_replay_matches_eager(case, data, device, personalit
     with example("decode_switches", personality=personality, **case.drawn()) as ex:
         run_switched(case, lambda sizes: data.draw(dp_batches(case, sizes), label="batches"), device,
                      personality, layout, ex, lambda *_: None)
+
+
+def skip_dspark_switches(layout, personality) -> None:
+    skip_without_speculative(layout)
+    if personality != "cuda":
+        pytest.skip("the DSPARK target verify switches are the decode runner's: run with --personality cuda")
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=dspark_cases(dspark_verify_glue=True), data=st.data())
+def test_dspark_verify_glue_replays_match_eager(case, data, device, personality, layout):
+    """A DSPARK target verify runner's metadata prep through its own glue graph (the backend declares it host-free):
+    uniform TARGET_VERIFY batches of captured sizes, past the warm-ups into glued prep, each equal to eager."""
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda target, batches, _: check_glue_served(target, batches),
+                     serve_graphs=GlueGraphs())
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=dspark_cases(dspark_verify_glue=True, glue_declined=True), data=st.data())
+def test_dspark_verify_glue_declined_by_backend(case, data, device, personality, layout):
+    """The switch on, but the backend's verify prep reads host values (the base double: the verify mask's counts):
+    SGLang keeps the eager prep, builds no glue graph, and every replay equals eager."""
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda target, *_: check_glue_declined(target))
+
+
+# a load, its mark without a plan (fresh tensors: re-copied), a plan, a mark finding the record cleared; then drawn
+PREFILLED_PREFIX = ["execute", "stale_mark", "planned", "stale_mark"]
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=dspark_cases(skip_prefilled=True), data=st.data())
+def test_dspark_preplanned_verify_skips_prefilled_inputs(case, data, device, personality, layout):
+    """Pre-planned DSPARK verify batches (load_batch + mark, then execute with the same tensors) skip the
+    input_ids / positions re-copy; a marked batch whose tensors differ is still copied (eager equality)."""
+    def kinds(count):
+        rest = data.draw(st.lists(st.sampled_from(KINDS), min_size=count - len(PREFILLED_PREFIX),
+                                  max_size=count - len(PREFILLED_PREFIX)), label="kinds")
+        return PREFILLED_PREFIX + rest
+
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_switched(case, lambda sizes: data.draw(prefilled_batches(case, sizes), label="batches"), device,
+                     personality, layout, ex, lambda target, *_: check_prefilled_skips(target), kinds=kinds)
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=draft_cases(), data=st.data())
+def test_draft_glue_replays_match_eager(case, data, device, personality, layout):
+    """A DFLASH draft worker's metadata prep through the glue graph (no switch: its backend declares the prep
+    host-free), draft batches of captured sizes past the warm-ups, each equal to eager."""
+    from harness.targets.decode.draft import draft_layout
+
+    case = dataclasses.replace(case, switches=RunnerSwitches(draft_glue=True))
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+                     personality, draft_layout(layout), ex,
+                     lambda target, batches, _: check_glue_served(target, batches), serve_graphs=GlueGraphs())

@@ -12,6 +12,12 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
   without the draft tokens, or with them for DECODE;
   DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again.
+- DSPARK target verify metadata glue (`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`): the draft's declaration read
+  instead of the target verify's, a declined declaration ignored, the algorithm check inverted, a glued prep
+  re-installing without replay.
+  Pre-planned input skip (`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`): a marked batch's fresh input_ids or positions left uncopied
+  (the tensor identity check dropped), the plan-time record never cleared. A draft worker's glue: its static-verify
+  or draft-worker check inverted, a glued prep re-installing without replay.
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
   requests.
 """
@@ -31,6 +37,14 @@ PROFILED = f"{SWITCHES}::test_profiled_capture_writes_one_trace_per_shape"
 GLUED = f"{SWITCHES}::test_metadata_glue_replays_match_eager"
 NPU_REPLAY = f"{NPU}::test_npu_replay_matches_eager_and_updates_graph"
 DP_GATHER = f"{SWITCHES}::test_dp_gathered_buffers_replay_matches_eager"
+DSPARK_GLUE = f"{SWITCHES}::test_dspark_verify_glue_replays_match_eager"
+PREFILLED = f"{SWITCHES}::test_dspark_preplanned_verify_skips_prefilled_inputs"
+DECLINED = f"{SWITCHES}::test_dspark_verify_glue_declined_by_backend"
+DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
+
+GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
+                     "                backend.forward_metadata = metadata\n")]  # a glued prep without its replay
+GLUE_NOT_SERVED = ("graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"])
 
 MUTANTS = {
     "memory_history_left_on": (PROFILED, [(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
@@ -43,14 +57,11 @@ MUTANTS = {
         PROFILED, [(FULL, "        if profiler is not None:\n            profiler.step()\n\n"
                           "        self._graphs[shape_key] = graph", "\n        self._graphs[shape_key] = graph")],
         "capture-profile", ["capture traces (per_shape)", "missing"]),
-    "glue_reinstalls_without_replay": (
-        GLUED, [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
-                 "                backend.forward_metadata = metadata\n")],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+    "glue_reinstalls_without_replay": (GLUED, GLUE_REINSTALLS, *GLUE_NOT_SERVED),
     "skipped_view_reinstalls_without_replay": (
         GLUED, [(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
                  "            self._metadata_glue.reinstall(glue_key)\n")],
-        "graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"]),
+        *GLUE_NOT_SERVED),
     "replay_log_names_raw_size": (PROFILED, [(RUNNER, "                    self._replay_graph_key.size,\n",
                                               "                    forward_batch.batch_size,\n")],
                                   "replay-log", ["SGLANG_LOG_DECODE_GRAPH_KEY", "first difference"]),
@@ -99,6 +110,47 @@ MUTANTS = {
                      "        if self.require_attn_tp_gather:\n"
                      "            return [num_tokens // self.captured_req_width]\n")],
         "eager-equality", ["not bit-equal to eager"]),
+    "dspark_glue_asks_draft_declaration": (  # the draft runner's check copied: the wrong backend declaration read
+        DSPARK_GLUE, [(RUNNER, "        why = self.attn_backend.glue_target_verify_metadata()\n",
+                       "        why = self.attn_backend.glue_draft_metadata()\n")],
+        *GLUE_NOT_SERVED),
+    "dspark_glue_algorithm_check_inverted": (
+        DSPARK_GLUE, [(RUNNER, "            or not self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
+                               "            return False\n        why = self.attn_backend.glue_target_verify_metadata()",
+                       "            or self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
+                       "            return False\n        why = self.attn_backend.glue_target_verify_metadata()")],
+        *GLUE_NOT_SERVED),
+    "dspark_glue_reinstalls_without_replay": (DSPARK_GLUE, GLUE_REINSTALLS, "graph-replay",
+                                              ["replayed no captured graph", "TARGET_VERIFY"]),
+    "dspark_glue_declaration_ignored": (  # the backend's reason logged but the glue built anyway
+        DECLINED, [(RUNNER, '            logger.info("Target verify metadata glue graph off: %s.", why)\n'
+                            "            return False\n",
+                    '            logger.info("Target verify metadata glue graph off: %s.", why)\n')],
+        "graph-replay", ["new graph(s) at serve time", "TARGET_VERIFY"]),  # the glue's capture attempt
+    "draft_glue_ragged_check_inverted": (  # the static verify read as ragged: the draft glue never on
+        DRAFT_GLUE, [(RUNNER, '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() != "static":\n            why = "ragged verify"',
+                      '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() == "static":\n            why = "ragged verify"')],
+        *GLUE_NOT_SERVED),
+    "draft_glue_worker_check_inverted": (
+        DRAFT_GLUE, [(RUNNER, "        if not self.model_runner.is_draft_worker:\n            return False\n"
+                              "        if envs.SGLANG_RAGGED_VERIFY_MODE",
+                      "        if self.model_runner.is_draft_worker:\n            return False\n"
+                      "        if envs.SGLANG_RAGGED_VERIFY_MODE")],
+        *GLUE_NOT_SERVED),
+    "draft_glue_reinstalls_without_replay": (DRAFT_GLUE, GLUE_REINSTALLS, "graph-replay",
+                                             ["replayed no captured graph", "TARGET_VERIFY"]),
+    "prefilled_input_ids_skip_ignores_identity": (  # a marked batch's fresh input_ids left uncopied
+        PREFILLED, [(RUNNER, "        if prefilled is None or forward_batch.input_ids is not prefilled[0]:\n",
+                     "        if prefilled is None:\n")],
+        "eager-equality", ["not bit-equal to eager", "input_ids"]),
+    "prefilled_positions_skip_ignores_identity": (
+        PREFILLED, [(RUNNER, "        if prefilled is None or forward_batch.positions is not prefilled[1]:\n",
+                     "        if prefilled is None:\n")],
+        "eager-equality", ["not bit-equal to eager", "positions"]),
+    "prefilled_record_never_cleared": (  # a later mark without a load still counted as a plan-time fill
+        PREFILLED, [(RUNNER, "        self._prefilled_inputs = None\n        # The plan-time load",
+                     "        # The plan-time load")],
+        "prefilled-inputs", ["pre-planned input re-copy skip(s), the replays imply 2"]),
 }
 
 

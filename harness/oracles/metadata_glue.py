@@ -7,7 +7,9 @@ glue) the first two preps are warm-ups, the third captures, every later one is a
     glued replays = sum over sizes of max(0, replays of that size - 3)
 
 e.g. size 2 replayed 6 times and size 4 twice: 3 glued replays. The glue is never disabled (a prep the capture
-refused) and no routed prep runs eagerly. Read from SGLang's `MetadataGlueGraph` counters as evidence."""
+refused) and no routed prep runs eagerly. Read from SGLang's `MetadataGlueGraph` counters as evidence. A DSPARK
+target verify runner whose attention backend declares no host-free verify prep builds no glue graph at all, switch
+on or not (`check_glue_declined`)."""
 from __future__ import annotations
 
 import collections
@@ -49,3 +51,12 @@ def check_glue_served(target, batches) -> None:
                             f"{expected} (sizes {[b.batch_size for b in batches]}, each replayed twice: two warm-ups "
                             f"and a capture per size first); eager preps {glue.eager}, disabled {glue.disabled}",
                             expected_glued_replays=expected, **found)
+
+
+def check_glue_declined(target) -> None:
+    glue = getattr(target.runner, "_metadata_glue", None)
+    if glue is not None:
+        raise OracleFailure(ORACLE, "SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE is set but the attention backend "
+                            "declares no host-free target verify prep (glue_target_verify_metadata gives a reason), "
+                            f"yet the runner built a metadata glue graph (replays {glue.replays}, eager {glue.eager}, "
+                            f"disabled {glue.disabled})", glue_disabled=glue.disabled)

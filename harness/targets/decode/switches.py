@@ -1,7 +1,8 @@
 """The decode runner's switches a user sets beside the capture config, one drawn value of a case:
 `--enable-profile-cuda-graph` (with `SGLANG_GRAPH_BATCH_CAPTURE`: one trace per captured shape), the metadata
 glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with `SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW`), the replay log
-(`SGLANG_LOG_DECODE_GRAPH_KEY`), the model's architecture (the NPU runner picks its seq-len update by it), and `--moe-dense-tp-size 1` (the
+(`SGLANG_LOG_DECODE_GRAPH_KEY`), a DSPARK target verify runner's metadata glue and pre-planned input skip
+(`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`, `SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`), the model's architecture (the NPU runner picks its seq-len update by it), and `--moe-dense-tp-size 1` (the
 gathered DP-attention buffers, on one rank).
 `environment()` sets them for one example; `missing()` names what the installed release lacks."""
 from __future__ import annotations
@@ -28,17 +29,24 @@ class RunnerSwitches:
     log_graph_key: bool = False
     architecture: str = DEFAULT_ARCHITECTURE
     dp_gather: bool = False  # --moe-dense-tp-size 1: the runner's gathered DP buffers (require_attn_tp_gather)
+    dspark_verify_glue: bool = False  # a DSPARK target verify runner's own metadata glue switch
+    glue_declined: bool = False  # with dspark_verify_glue: the attention backend declares no host-free verify prep
+    skip_prefilled: bool = False  # a DSPARK target verify runner skips re-copying pre-planned input_ids / positions
+    draft_glue: bool = False  # a draft runner's metadata glue (no switch: on where its backend declares it)
 
     def environment_variables(self) -> dict[str, str]:
         """The SGLang environment variables these switches set (each to "1")."""
         names = [("SGLANG_GRAPH_BATCH_CAPTURE", self.profile == "per_shape"),
                  ("SGLANG_ENABLE_METADATA_GLUE_GRAPH", self.metadata_glue),
                  ("SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW", self.metadata_glue and self.skip_glued_view),
-                 ("SGLANG_LOG_DECODE_GRAPH_KEY", self.log_graph_key)]
+                 ("SGLANG_LOG_DECODE_GRAPH_KEY", self.log_graph_key),
+                 ("SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE", self.dspark_verify_glue),
+                 ("SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS", self.skip_prefilled)]
         return {name: "1" for name, on in names if on}
 
     def missing(self, runner_module: str) -> Optional[str]:
         """Why the installed release cannot run these switches (naming the release and the missing name), or None."""
+        from harness.targets.sglang_plumbing import load
         from harness.versions import module_exists, sglang_version
 
         if self == RunnerSwitches():
@@ -56,7 +64,9 @@ class RunnerSwitches:
 
             if "can_run_decode_cuda_graph" not in getattr(ForwardBatch, "__dataclass_fields__", {}):
                 return f"SGLang {sglang_version()} has no ForwardBatch.can_run_decode_cuda_graph: no DP fields driven"
-        if self.metadata_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
+        if self.draft_glue and not hasattr(load(runner_module, "DecodeCudaGraphRunner"), "_glues_draft_metadata"):
+            return f"SGLang {sglang_version()} has no DecodeCudaGraphRunner._glues_draft_metadata: no draft glue"
+        if self.metadata_glue or self.dspark_verify_glue or self.draft_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
             from sglang.srt.model_executor.runner.metadata_glue_graph import MetadataGlueGraph
 
             if "self.replays" not in inspect.getsource(MetadataGlueGraph.__init__):
@@ -68,7 +78,8 @@ class RunnerSwitches:
         """The switches' environment for the block; yields the profiler directory (`SGLANG_TORCH_PROFILER_DIR`,
         fresh and removed after) when profiling, else None. Variables the switches leave off are unset."""
         off = {name: None for name in RunnerSwitches(profile="per_shape", metadata_glue=True, skip_glued_view=True,
-                                                     log_graph_key=True).environment_variables()}
+                                                     log_graph_key=True, dspark_verify_glue=True,
+                                                     skip_prefilled=True).environment_variables()}
         values = {**off, **self.environment_variables(), "SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE": None}
         folder = tempfile.mkdtemp(prefix="harness-profile-") if self.profile else None
         if folder:

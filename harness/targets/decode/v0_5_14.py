@@ -44,7 +44,10 @@ class Target(DecodeTarget):
 
     def attention_backend_for(self, case: DecodeCase):
         """With the metadata glue graph, a double whose prep the glue can capture (`glue.py`)."""
-        return make_glue_attention_backend_class if case.switches.metadata_glue else self.attention_backend_class
+        switches = case.switches
+        glue = switches.metadata_glue or (switches.dspark_verify_glue and not switches.glue_declined) or \
+            switches.draft_glue
+        return make_glue_attention_backend_class if glue else self.attention_backend_class
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         server_args = self.server_args(case, device)
