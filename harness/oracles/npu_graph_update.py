@@ -22,7 +22,7 @@ from harness.oracles.patch_contract import expected_sizes
 ORACLE = "npu-graph-update"
 V2_SEQ_LEN_ARCHITECTURES = ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM")
 # DeepSeek V4 (and DSA: V3 with an `index_topk`, which the tiny model's config lacks) plans its KV lengths itself:
-# SGLang replays its graphs with no update (0.5.14+); DeepseekV3 without the index updates as any other
+# SGLang replays its graphs with no update where its replay knows V4; DeepseekV3 without the index updates as any other
 NO_UPDATE_ARCHITECTURES = ("DeepseekV4ForCausalLM",)
 
 
@@ -33,21 +33,30 @@ def graph_updates(target) -> dict | None:
     return None if graphs is None else {key: list(graph.updates) for key, graph in graphs.items()}
 
 
-def _takes_backend_list(target) -> bool:
-    """Whether the release's NPU runner updates a DFLASH verify from the backend's `seq_lens_cpu_list` (after
-    0.5.19; earlier ones recompute from the batch, padded rows 0), as `construction_patches` asks SGLang's source."""
-    return "seq_lens_cpu_list" in inspect.getsource(type(target.runner).execute)
+def _knows_v4(target) -> bool:
+    """Whether the release's NPU runner module knows DeepSeek V4 (imports `is_deepseek_v4`, asked of the module, not
+    of the replay body a mutant may edit): trees that predate it update V4 as any other architecture."""
+    return hasattr(inspect.getmodule(type(target.runner)), "is_deepseek_v4")
+
+
+def _replay_reads(target, name: str) -> bool:
+    """Whether the release's NPU runner's replay method names `name` (as `construction_patches` asks SGLang's
+    source): `seq_lens_cpu_list`, a DFLASH verify updated from the backend's list (after 0.5.19; earlier ones
+    recompute from the batch, padded rows 0)."""
+    runner = type(target.runner)
+    replay = getattr(runner, "execute", None) or runner.replay  # `replay` on trees before the runner refactor
+    return name in inspect.getsource(replay)
 
 
 def expected_updates(target, batch) -> list[list[dict]]:
     """The updates one replay of `batch` must make: none for `NO_UPDATE_ARCHITECTURES`, else one."""
     case = target.case
-    if case.switches.architecture in NO_UPDATE_ARCHITECTURES:
+    if case.switches.architecture in NO_UPDATE_ARCHITECTURES and _knows_v4(target):
         return []
     name = "actual_seq_kvlen" if case.switches.architecture in V2_SEQ_LEN_ARCHITECTURES else "actual_seq_lengths_kv"
     padded = min(s for s in expected_sizes(case)[0] if s >= batch.batch_size)
     extra = case.tokens_per_request if batch.forward_mode == "TARGET_VERIFY" else 0
-    dflash_list = extra and case.spec.algorithm == "DFLASH" and _takes_backend_list(target)
+    dflash_list = extra and case.spec.algorithm == "DFLASH" and _replay_reads(target, "seq_lens_cpu_list")
     pad = target.attn_backend.seq_len_fill_value + extra if dflash_list else 0
     return [[{name: [s + extra for s in batch.seq_lens] + [pad] * (padded - batch.batch_size)}]]
 
