@@ -10,10 +10,12 @@ replayed the wrong key, or re-installed stale metadata gives a wrong output. A D
 prepped the same way, its draft block causal (DFLASH's block drafting: row j of a request sees j + 1 drafts, a
 constant of the replay key's width, never read from the batch's own mask tensor, which the glue would replay
 stale), and the double declares that prep host-free (`glue_target_verify_metadata`, and a draft's, maskless:
-`glue_draft_metadata`), as DeepSeek V4's backend does;
+`glue_draft_metadata`), as DeepSeek V4's backend does, but only the one its worker's role serves (`role`), so a
+runner asking the other declaration is told no and serves no glue;
 an EAGLE verify mask's per-row counts are host work, so those batches take the base double's eager prep."""
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import torch
@@ -21,7 +23,8 @@ import torch
 from harness.targets.decode.base import make_attention_backend_class
 
 
-def make_glue_attention_backend_class():
+def make_glue_attention_backend_class(role: str = "target"):
+    """`role`: "target" (declares target verify prep host-free) or "draft" (declares the draft's)."""
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
     class GlueableAttentionDouble(make_attention_backend_class()):
@@ -44,9 +47,14 @@ def make_glue_attention_backend_class():
                                                     sum_gap=self.graph.sum_gap)
 
         def glue_target_verify_metadata(self) -> str:
-            return ""  # host-free: the prep above
+            return "" if role == "target" else "a draft worker's backend declares no target verify prep"
 
-        def glue_draft_metadata(self) -> str:
-            return ""  # host-free: the prep above (a draft's verify input has no mask)
+        def glue_draft_metadata(self) -> str:  # a draft's verify input has no mask
+            return "" if role == "draft" else "a target worker's backend declares no draft prep"
 
     return GlueableAttentionDouble
+
+
+# one factory per role, so `shared_parts` (keyed by factory) keeps one model and backend per role
+GLUE_BACKEND_FOR_ROLE = {role: functools.partial(make_glue_attention_backend_class, role)
+                         for role in ("target", "draft")}

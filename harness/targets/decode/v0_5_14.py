@@ -10,7 +10,7 @@ from unittest import mock
 
 from harness.errors import PathMissing
 from harness.targets.decode.base import DecodeCase, DecodeTarget, Layout
-from harness.targets.decode.glue import make_glue_attention_backend_class
+from harness.targets.decode.glue import GLUE_BACKEND_FOR_ROLE
 from harness.targets.sglang_plumbing import (
     can_publish_config, forward_context, forward_context_takes_batch, load, publish_server_args,
 )
@@ -47,7 +47,9 @@ class Target(DecodeTarget):
         switches = case.switches
         glue = switches.metadata_glue or (switches.dspark_verify_glue and not switches.glue_declined) or \
             switches.draft_glue
-        return make_glue_attention_backend_class if glue else self.attention_backend_class
+        if not glue:
+            return self.attention_backend_class
+        return GLUE_BACKEND_FOR_ROLE["draft" if switches.draft_glue else "target"]
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         server_args = self.server_args(case, device)
