@@ -47,7 +47,6 @@ class SGLangCoverage:
 
         combined = coverage.Coverage(data_file=str(self.data_file), include=self.include, config_file=False)
         combined.combine(data_paths=[str(self.data_file.parent)], keep=False)
-        data = combined.get_data()
         records = []
         for suite, (_, _, targets) in coverage_rows().items():
             per_file, statements_total, covered_total = {}, 0, 0
@@ -56,14 +55,15 @@ class SGLangCoverage:
                 path = self.root / relative
                 if not path.exists():
                     continue
-                _, statements, _, _, _ = combined.analysis2(os.fspath(path))
+                # coverage.py's own analysis: it maps each executed line of a multi-line statement to the
+                # statement's first line, which the raw executed lines do not
+                _, statements, _, missing, _ = combined.analysis2(os.fspath(path))
                 if function:
                     lines = _function_lines(path, function)
                     if lines is None:
                         continue
                     statements = [s for s in statements if s in lines]
-                executed = set(data.lines(os.fspath(path.resolve())) or data.lines(os.fspath(path)) or [])
-                covered = len([s for s in statements if s in executed])
+                covered = len(set(statements) - set(missing))
                 statements_total += len(statements)
                 covered_total += covered
                 per_file[target.rsplit("/", 1)[-1]] = 100.0 * covered / max(1, len(statements))

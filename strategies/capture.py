@@ -76,18 +76,24 @@ def draft_tree(draw, width: int) -> list[list[bool]]:
 
 @st.composite
 def decode_batch(draw, size: int, *, lora: bool, forward_mode: str = "DECODE", width: int = 1,
-                 pool: int = 64) -> DecodeBatch:
+                 pool: int = 64, mrope: bool = False) -> DecodeBatch:
     """`width` tokens per request (TARGET_VERIFY: the draft tokens, with a drawn verify mask); pool rows distinct
-    below the request pool (`pool`), cache slots distinct."""
+    below the request pool (`pool`), cache slots distinct; `mrope`: mRoPE positions, each request's tokens at its
+    position plus a drawn offset per section (a VLM request's image grid moves them apart)."""
     if forward_mode == "IDLE":
         size = 0
     tokens = size * width
     lora_ids = None
     if lora:
         lora_ids = draw(st.lists(st.sampled_from([None] + ADAPTERS), min_size=size, max_size=size))
+    input_ids = draw(st.lists(st.integers(0, 50), min_size=tokens, max_size=tokens))
+    positions = draw(st.lists(st.integers(0, 100), min_size=tokens, max_size=tokens))
+    mrope_positions = None
+    if mrope:
+        offsets = draw(st.lists(st.tuples(*[st.integers(-8, 8)] * 3), min_size=size, max_size=size))
+        mrope_positions = [[p + offsets[i // width][k] for i, p in enumerate(positions)] for k in range(3)]
     return DecodeBatch(
-        input_ids=draw(st.lists(st.integers(0, 50), min_size=tokens, max_size=tokens)),
-        positions=draw(st.lists(st.integers(0, 100), min_size=tokens, max_size=tokens)),
+        input_ids=input_ids, positions=positions, mrope_positions=mrope_positions,
         seq_lens=draw(st.lists(st.integers(1, 100), min_size=size, max_size=size)),
         lora_ids=lora_ids, forward_mode=forward_mode,
         req_pool_indices=draw(st.lists(st.integers(0, max(pool, size) - 1), min_size=size, max_size=size,
@@ -107,7 +113,8 @@ def replay_batches(draw, case: DecodeCase, capture_bs: list[int], *, max_batches
     for _ in range(count):
         mode = draw(st.sampled_from([active] * 5 + ["IDLE"]))
         batches.append(draw(decode_batch(draw(replay_sizes(capture_bs)), lora=case.lora, forward_mode=mode,
-                                         width=case.tokens_per_request, pool=case.max_running_requests)))
+                                         width=case.tokens_per_request, pool=case.max_running_requests,
+                                         mrope=case.switches.mrope)))
     return batches
 
 
@@ -123,12 +130,15 @@ def spec_settings(draw) -> SpecSettings:
     return SpecSettings(num_steps=steps, topk=topk, num_draft_tokens=tokens, algorithm=algorithm)
 
 
-def compile_probe_batch(num_tokens: int, *, lora: bool, width: int = 1) -> DecodeBatch:
+def compile_probe_batch(num_tokens: int, *, lora: bool, width: int = 1, mrope: bool = False) -> DecodeBatch:
     """A fixed batch of `num_tokens` token rows, `width` per request (every adapter, with LoRA; a chain verify mask
-    when width > 1), for calling a compiled forward outside capture."""
+    when width > 1; `mrope`: sections offset by -m, 0 and m, m = 1 + request index mod 3), for calling a compiled
+    forward outside capture."""
     size = num_tokens // width
-    return DecodeBatch(input_ids=[(7 * i + 3) % 50 for i in range(num_tokens)],
-                       positions=[(5 * i + 1) % 100 for i in range(num_tokens)],
+    positions = [(5 * i + 1) % 100 for i in range(num_tokens)]
+    return DecodeBatch(input_ids=[(7 * i + 3) % 50 for i in range(num_tokens)], positions=positions,
+                       mrope_positions=[[p + (k - 1) * (i // width % 3 + 1) for i, p in enumerate(positions)]
+                                        for k in range(3)] if mrope else None,
                        seq_lens=[(3 * i + 2) % 100 + 1 for i in range(size)],
                        lora_ids=[([None] + ADAPTERS)[i % 4] for i in range(size)] if lora else None,
                        req_pool_indices=[(5 * i + 2) % 64 for i in range(size)],

@@ -74,9 +74,14 @@ def glue_cases(draw):
 @st.composite
 def glue_batches(draw, case, capture_bs: list[int]):
     """Two captured sizes at most, interleaved, each drawn 2 or 3 times (with the suite's shifted replay, 4 to 6
-    replays per key: past the glue's two warm-ups and its capture, into glued replays)."""
+    replays per key: past the glue's two warm-ups and its capture, into glued replays); and, where the capture list
+    leaves a gap below its largest size, one padded batch at a drawn place, which the runner must not route to the
+    glue (its prep runs eagerly)."""
     sizes = draw(st.lists(st.sampled_from(sorted(capture_bs)), min_size=1, max_size=2, unique=True))
     order = draw(st.permutations([s for s in sizes for _ in range(draw(st.integers(2, 3)))]))
+    gaps = [s for s in range(1, max(capture_bs)) if s not in capture_bs]
+    if gaps:
+        order.insert(draw(st.integers(0, len(order))), draw(st.sampled_from(gaps)))
     if case.switches.draft_glue:
         return [draw(draft_batch(case, size)) for size in order]
     return [draw(dspark_batch(case, size)) if case.spec else

@@ -25,6 +25,7 @@ from harness.oracles.patch_contract import check_patch_model_contract
 from harness.targets import decode
 from harness.versions import sglang_version
 from harness.targets.decode.planned import KINDS, PlannedReplays
+from harness.targets.decode.switches import RunnerSwitches
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
 from harness.targets.decode.dllm import ALGORITHMS as DLLM_ALGORITHMS
 from strategies.dllm import INPUTS as DLLM_INPUTS, dllm_batches, dllm_cases
@@ -157,12 +158,41 @@ def test_padding_disabled_replays_only_captured_sizes(case, data, device, person
 def test_planned_batches_replay_matches_eager(case, data, device, personality, layout):
     """Batches planned ahead (load_batch + mark_forward_metadata_ready before execute), re-planned after a
     resize, marked without a plan, interleaved with unplanned ones, as `planned.PlannedReplays` drives them."""
-    def kinds(count):
-        return data.draw(st.lists(st.sampled_from(KINDS), min_size=count, max_size=count), label="kinds")
-
     with example("decode_planned", personality=personality, **case.drawn()) as ex:
         skip_without_speculative(layout, personality)
-        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, kinds=kinds)
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, kinds=drawn_kinds(data))
+
+
+def drawn_kinds(data, first: tuple[str, ...] = ()):
+    """How each replay reaches the runner, drawn per replay from `planned.KINDS` after the kinds `first`."""
+    def kinds(count):
+        rest = max(0, count - len(first))
+        drawn = data.draw(st.lists(st.sampled_from(KINDS), min_size=rest, max_size=rest), label="kinds")
+        return [*first, *drawn][:count]
+    return kinds
+
+
+# the first batch planned, then its shifted twin marked without a plan (same shapes): the plan's staging replayed
+PLAN_THEN_STALE_MARK = ("planned", "stale_mark")
+
+
+def mrope_case(case, **switches):
+    return dataclasses.replace(case, switches=RunnerSwitches(mrope=True, **switches))
+
+
+@suite_settings(gate_examples=3, shrink_in_gate=False)
+@given(case=decode_cases(speculative=None).map(mrope_case), data=st.data())
+def test_mrope_replay_matches_eager(case, data, device, personality, layout):
+    """An mRoPE model (a VLM's decode) reads `mrope_positions`, which the runner stages through its buffer registry
+    (the [3, tokens] slot, its padded columns zeroed); planned ahead as in the planned test, a stale mark replays
+    the plan's mRoPE positions with the batch's own positions (the decode runner re-copies only those)."""
+    with example("decode_mrope", personality=personality, **case.drawn()) as ex:
+        skip_without_speculative(layout, personality)
+        missing = case.switches.missing(layout.runner_module)
+        if missing:
+            pytest.skip(missing)
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex,
+                          kinds=drawn_kinds(data, PLAN_THEN_STALE_MARK))
 
 
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------
@@ -345,6 +375,11 @@ def test_dllm_replay_matches_eager(inputs, data, device, personality, layout):
     """DLLM_EXTEND graphs of a block per request (SGLang's DllmConfig from a checkpoint and algorithm config),
     reading the embeddings or in-graph preparation state the algorithm hands over, fresh and pre-planned; each
     replay returns full_logits of the raw tokens, equal to eager, with seq_lens padded by the block size."""
+    run_dllm(inputs, data, device, personality, layout)
+
+
+def run_dllm(inputs, data, device, personality, layout) -> None:
+    """One drawn dLLM case of `inputs` (`strategies.dllm.INPUTS`), captured and replayed under `personality`."""
     from harness.targets.decode.dllm import dllm_layout
 
     case = data.draw(dllm_cases(inputs), label="case")

@@ -11,12 +11,13 @@ from harness.oracles.capture_profile import check_capture_profile
 from harness.oracles.npu_graph_update import check_npu_graph_update, graph_updates
 from harness.profiles import suite_settings
 from harness.record import example
+from harness.targets import decode
 from harness.targets.decode.planned import KINDS
 from strategies.capture import decode_cases
 from strategies.switches import npu_batches, npu_cases
 from suites.test_decode_capture import (  # noqa: F401 - the fixtures and the pinned finding, here under npu
-    capture_and_check, device, drawn_batches, layout, skip_without_speculative,
-    test_findings_npu_dflash_preplanned_verify_crashes,
+    PLAN_THEN_STALE_MARK, capture_and_check, device, drawn_batches, drawn_kinds, layout, mrope_case, run_dllm,
+    skip_without_speculative, test_findings_npu_dflash_preplanned_verify_crashes,
 )
 
 
@@ -53,6 +54,21 @@ def test_npu_replay_matches_eager_and_updates_graph(case, data, device, personal
                 check_capture_profile(target, profile_dir)
 
 
+@pytest.mark.parametrize("algorithm", ["EAGLE", "DFLASH"])
+def test_npu_padded_verify_without_host_mirror_updates_graph(algorithm, device, personality, layout):
+    """A TARGET_VERIFY batch of one request, padded to the captured 2, handed over without the host mirror of
+    seq_lens (as some workers do): EAGLE's graph update falls back to the device lengths plus the draft tokens, 0
+    for the padded request; DFLASH's takes the attention backend's list, its padded request at the fill value
+    plus the draft tokens; the output equals eager. Fixed examples, so the gate always reaches both."""
+    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4,
+                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm=algorithm))
+    batch = decode.DecodeBatch(input_ids=[1, 2], positions=[5, 6], seq_lens=[9], forward_mode="TARGET_VERIFY",
+                               draft_visibility=[[[True, False], [True, True]]], host_seq_lens=False)
+    with example("decode_npu", personality=personality, **case.drawn()) as ex:
+        skip_without_speculative(layout, personality)
+        capture_and_check(case, lambda sizes: [batch], device, personality, layout, ex, checked=update_checked)
+
+
 @suite_settings(gate_examples=3, shrink_in_gate=False)
 @given(case=decode_cases(speculative=None), data=st.data())
 def test_npu_planned_batches_replay_matches_eager(case, data, device, personality, layout):
@@ -64,3 +80,28 @@ def test_npu_planned_batches_replay_matches_eager(case, data, device, personalit
     with example("decode_npu", personality=personality, **case.drawn()) as ex:
         skip_without_speculative(layout, personality)
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, kinds=kinds)
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(data=st.data())
+def test_npu_dllm_replay_matches_eager(data, device, personality, layout):
+    """SDAR's DLLM_EXTEND graphs through NPUGraphRunner (its dLLM KV-length names, full_logits of the raw tokens),
+    fresh and pre-planned, as the decode suite's dLLM test drives them (Gemma4Renoise serves on CUDA only)."""
+    run_dllm("tokens", data, device, personality, layout)
+
+
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(case=decode_cases().map(lambda case: mrope_case(case, overlap_plan_stream=True)),
+       data=st.data())
+def test_npu_mrope_planned_under_overlap_plan_stream(case, data, device, personality, layout):
+    """An mRoPE model's batches planned ahead through NPUGraphRunner.execute with the overlap plan stream on: its
+    pre-planned branch copies the batch's mRoPE positions again (the plan may have staged them early), so a stale
+    mark replays the batch's own mRoPE positions, not the plan's."""
+    with example("decode_npu", personality=personality, **case.drawn()) as ex:
+        skip_without_speculative(layout, personality)
+        missing = case.switches.missing(layout.runner_module)
+        if missing:
+            pytest.skip(missing)
+        with case.switches.environment():
+            capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex,
+                              kinds=drawn_kinds(data, PLAN_THEN_STALE_MARK))

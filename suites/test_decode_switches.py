@@ -21,11 +21,12 @@ from harness.record import example
 from harness.targets.decode.planned import KINDS
 from harness.targets.decode.switches import RunnerSwitches
 from strategies.capture import replay_batches
-from strategies.ragged import draft_cases
+from strategies.ragged import draft_batches, draft_cases
 from strategies.switches import (
     dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, prefilled_batches, profile_cases,
 )
-from suites.test_decode_capture import capture_and_check, device, layout, skip_without_speculative  # noqa: F401
+from suites.test_decode_capture import (  # noqa: F401 - the fixtures
+    capture_and_check, device, layout, skip_without_draft, skip_without_speculative)
 
 
 def run_switched(case, draw_batches, device, personality, layout, ex, check, **kwargs) -> None:
@@ -59,11 +60,28 @@ def test_profiled_capture_writes_one_trace_per_shape(case, data, device, persona
 @suite_settings(gate_examples=4, shrink_in_gate=False)
 @given(case=glue_cases(), data=st.data())
 def test_metadata_glue_replays_match_eager(case, data, device, personality, layout):
-    """Unpadded replays of each captured size, past the glue graph's warm-ups into glued metadata prep."""
+    """Replays of each captured size, past the glue graph's warm-ups into glued metadata prep, and a padded one
+    the runner must prep eagerly (not routed to the glue)."""
     with example("decode_switches", personality=personality, **case.drawn()) as ex:
-        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+        graphs = GlueGraphs()
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, graphs.routing(sizes)), label="batches"), device,
                      personality, layout, ex, lambda target, batches, _: check_glue_served(target, batches),
-                     serve_graphs=GlueGraphs())
+                     serve_graphs=graphs)
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=draft_cases(), data=st.data())
+def test_profiled_draft_worker_names_its_traces(case, data, device, personality, layout):
+    """A DFLASH draft worker's capture profiled one trace per shape: its traces carry the draft prefix, so they
+    never collide with the target runner's of the same shapes."""
+    from harness.targets.decode.draft import draft_layout
+
+    case = dataclasses.replace(case, switches=RunnerSwitches(profile="per_shape"))
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        skip_without_draft(layout, personality)
+        run_switched(case, lambda sizes: data.draw(draft_batches(case, sizes), label="batches"), device,
+                     personality, draft_layout(layout), ex, lambda target, _, folder: check_capture_profile(target,
+                                                                                                        folder))
 
 
 @suite_settings(gate_examples=3, shrink_in_gate=False)
@@ -86,12 +104,14 @@ def skip_dspark_switches(layout, personality) -> None:
 @given(case=dspark_cases(dspark_verify_glue=True), data=st.data())
 def test_dspark_verify_glue_replays_match_eager(case, data, device, personality, layout):
     """A DSPARK target verify runner's metadata prep through its own glue graph (the backend declares it host-free):
-    uniform TARGET_VERIFY batches of captured sizes, past the warm-ups into glued prep, each equal to eager."""
+    uniform TARGET_VERIFY batches of captured sizes, past the warm-ups into glued prep, and a padded one prepped
+    eagerly, each equal to eager."""
     with example("decode_switches", personality=personality, **case.drawn()) as ex:
         skip_dspark_switches(layout, personality)
-        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+        graphs = GlueGraphs()
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, graphs.routing(sizes)), label="batches"), device,
                      personality, layout, ex, lambda target, batches, _: check_glue_served(target, batches),
-                     serve_graphs=GlueGraphs())
+                     serve_graphs=graphs)
 
 
 @suite_settings(gate_examples=1, shrink_in_gate=False)
@@ -129,12 +149,13 @@ def test_dspark_preplanned_verify_skips_prefilled_inputs(case, data, device, per
 @given(case=draft_cases(), data=st.data())
 def test_draft_glue_replays_match_eager(case, data, device, personality, layout):
     """A DFLASH draft worker's metadata prep through the glue graph (no switch: its backend declares the prep
-    host-free), draft batches of captured sizes past the warm-ups, each equal to eager."""
+    host-free), draft batches of captured sizes past the warm-ups and a padded one, each equal to eager."""
     from harness.targets.decode.draft import draft_layout
 
     case = dataclasses.replace(case, switches=RunnerSwitches(draft_glue=True))
     with example("decode_switches", personality=personality, **case.drawn()) as ex:
         skip_dspark_switches(layout, personality)
-        run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
+        graphs = GlueGraphs()
+        run_switched(case, lambda sizes: data.draw(glue_batches(case, graphs.routing(sizes)), label="batches"), device,
                      personality, draft_layout(layout), ex,
-                     lambda target, batches, _: check_glue_served(target, batches), serve_graphs=GlueGraphs())
+                     lambda target, batches, _: check_glue_served(target, batches), serve_graphs=graphs)

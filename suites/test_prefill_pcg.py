@@ -103,7 +103,7 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
 
 
 # -- the torch.compile piecewise path --------------------------------------------------------------------------
-@suite_settings(gate_examples=120, shrink_in_gate=False)  # paying for the captures of the body/wrapper variants
+@suite_settings(gate_examples=90, shrink_in_gate=False)  # paying for the captures of the body/wrapper variants
 @given(data=st.data())
 # Pinned: known bug 2's trigger, a mixed batch (a decoding request beside a prefill chunk) in MIXED mode.
 @explicit(data=None)
@@ -121,7 +121,7 @@ def test_piecewise_forward_modes(data):
         run_example(ex, PrefillSession.get(TC_CASE), batch)
 
 
-@suite_settings(gate_examples=8, shrink_in_gate=False)  # each example compiles and captures its own grid (~1 s)
+@suite_settings(gate_examples=6, shrink_in_gate=False)  # each example compiles and captures its own grid (~1 s)
 @given(case=draw.cases("tc_piecewise"), data=st.data())
 def test_piecewise_capture_grid_and_replay(case, data):
     """Any capture grid; replays on, between and beyond it; MIXED/EXTEND in either field; chunked/mixed batches."""
@@ -187,7 +187,7 @@ def test_pipeline_stage_body(data):
 
 
 @pytest.mark.parametrize("backend", prefill.BACKENDS)
-@suite_settings(gate_examples=15, shrink_in_gate=False)
+@suite_settings(gate_examples=10, shrink_in_gate=False)
 @given(data=st.data())
 def test_multimodal_inputs(backend, data):
     """A VLM on each backend: mRoPE positions ([3, T]), embeddings handed to the language model (the input_embeds
@@ -205,7 +205,7 @@ def test_multimodal_inputs(backend, data):
         run_example(ex, PrefillSession.get(case), batch, one_trace=False)
 
 
-@suite_settings(gate_examples=15, shrink_in_gate=False)
+@suite_settings(gate_examples=10, shrink_in_gate=False)
 @given(data=st.data())
 def test_full_chunked_prefix(data):
     """The full backend with chunked-prefix capture: one graph per size and prefix-chunk variant; batches whose
@@ -406,7 +406,7 @@ def replay_case(drawn: dict) -> None:
 
 # -- the live 0.5.23 prefill backends ------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["breakable", "full"])
-@suite_settings(gate_examples=5, shrink_in_gate=False)  # each example captures its own grid (~1 s)
+@suite_settings(gate_examples=4, shrink_in_gate=False)  # each example captures its own grid (~1 s)
 @given(data=st.data())
 def test_live_backends(backend, data):
     """breakable and full, chosen through the config as a server would; no torch.compile, so global_forward_mode
@@ -667,5 +667,5 @@ class PrefillMachine(RuleBasedStateMachine):
 
 
 TestPrefillMachine = PrefillMachine.TestCase
-TestPrefillMachine.settings = settings(suite_settings(gate_examples=10, shrink_in_gate=False), stateful_step_count=15,
+TestPrefillMachine.settings = settings(suite_settings(gate_examples=7, shrink_in_gate=False), stateful_step_count=15,
                                        suppress_health_check=list(HealthCheck))

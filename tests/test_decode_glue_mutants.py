@@ -3,15 +3,17 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
 
 - Capture profiling (`suites/test_decode_switches.py`): memory history left on after capture; the trace tag drops
   the LoRA variant (two captures, one trace name); the full backend stops stepping the profiler after a capture
-  (the traces no longer fall one per shape); the replay log names the batch's size instead of the graph's, or
-  ignores its switch.
+  (the traces no longer fall one per shape); a draft worker's traces named as the target's; the replay log names
+  the batch's size instead of the graph's, or ignores its switch.
 - Metadata glue graph: a glued prep that re-installs the captured metadata without replaying the glue graph (stale
-  seq_lens, the runner's view path); the skip-replay-view path does the same.
+  seq_lens, the runner's view path); the skip-replay-view path does the same; a padded replay routed to the glue;
+  a padded replay's eager prep left out of the glue's accounting.
 - NPU runner (`suites/test_decode_npu.py`): the v2 architectures' KV lengths updated under the v1 name; padded
   requests left out of the update; draft tokens not added for TARGET_VERIFY; the capture profile with no trace
   handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
   without the draft tokens, or with them for DECODE;
-  DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again.
+  DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again, or ignored; under the overlap plan stream, a
+  pre-planned batch's mRoPE positions not copied again.
 - DSPARK target verify metadata glue (`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`): the draft's declaration read
   instead of the target verify's, a declined declaration ignored, the algorithm check inverted, a glued prep
   re-installing without replay.
@@ -41,6 +43,7 @@ DSPARK_GLUE = f"{SWITCHES}::test_dspark_verify_glue_replays_match_eager"
 PREFILLED = f"{SWITCHES}::test_dspark_preplanned_verify_skips_prefilled_inputs"
 DECLINED = f"{SWITCHES}::test_dspark_verify_glue_declined_by_backend"
 DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
+NPU_MROPE = f"{NPU}::test_npu_mrope_planned_under_overlap_plan_stream"
 
 GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
                      "                backend.forward_metadata = metadata\n")]  # a glued prep without its replay
@@ -53,11 +56,22 @@ MUTANTS = {
     "trace_tag_drops_lora_variant": (PROFILED, [(RUNNER, "            parts.append(variant_label)\n",
                                                  "            pass\n")],
                                      "capture-profile", ["capture traces (per_shape)", "missing", "_nolora_rank0"]),
+    "draft_traces_lose_their_prefix": (  # a draft worker's traces named as the target's (they collide)
+        f"{SWITCHES}::test_profiled_draft_worker_names_its_traces",
+        [(RUNNER, '            return f"Draft{name}"\n', "            return name\n")],
+        "capture-profile", ["capture traces (per_shape)", "missing", "DraftDecodeCudaGraphRunner_bs_"]),
     "profiler_not_stepped_after_capture": (
         PROFILED, [(FULL, "        if profiler is not None:\n            profiler.step()\n\n"
                           "        self._graphs[shape_key] = graph", "\n        self._graphs[shape_key] = graph")],
         "capture-profile", ["capture traces (per_shape)", "missing"]),
     "glue_reinstalls_without_replay": (GLUED, GLUE_REINSTALLS, *GLUE_NOT_SERVED),
+    "glue_routes_padded_batches": (  # a padded replay's prep glued under its graph's key
+        GLUED, [(RUNNER, "            and raw_bs == bs\n            and not self.enable_two_batch_overlap\n",
+                 "            and not self.enable_two_batch_overlap\n")],
+        "metadata-glue", ["eager prep(s)", "padded sizes not routed"]),
+    "glue_padded_prep_not_counted": (  # the eager prep of a padded replay missing from the glue's accounting
+        GLUED, [(RUNNER, "                self._metadata_glue.note_not_routed()\n", "                pass\n")],
+        "metadata-glue", ["eager prep(s)", "padded sizes not routed"]),
     "skipped_view_reinstalls_without_replay": (
         GLUED, [(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
                  "            self._metadata_glue.reinstall(glue_key)\n")],
@@ -97,6 +111,10 @@ MUTANTS = {
         NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",
                       "                    seq_lens = (forward_batch.seq_lens.cpu() + self.captured_req_width).tolist() + [0] * (\n")],
         "npu-graph-update", ["DECODE batch", "host mirror: False"]),
+    "npu_dflash_list_ignored": (  # the backend's exact list dropped: lengths recomputed, padded rows 0
+        f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[DFLASH]", [(NPU_RUNNER, '                    _meta_list = getattr(_meta, "seq_lens_cpu_list", None)\n',
+                      "                    _meta_list = None\n")],
+        "npu-graph-update", ["expected graph updates [[{'actual_seq_lengths_kv': [11, 3]}]]", "[11, 0]"]),
     "npu_dflash_list_double_adds_drafts": (  # the draft block added again to the backend's list
         NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = list(_meta_list)\n",
                       "                    seq_lens = [s + self.captured_req_width for s in _meta_list]\n")],
@@ -139,6 +157,12 @@ MUTANTS = {
         *GLUE_NOT_SERVED),
     "draft_glue_reinstalls_without_replay": (DRAFT_GLUE, GLUE_REINSTALLS, "graph-replay",
                                              ["replayed no captured graph", "TARGET_VERIFY"]),
+    "npu_overlap_plan_mrope_not_recopied": (  # the pre-planned branch's mRoPE re-copy lost: the plan's replayed
+        NPU_MROPE, [(NPU_RUNNER, "                    self.buffers.mrope_positions[:, : self.raw_num_token].copy_(\n"
+                                 "                        forward_batch.mrope_positions\n                    )\n"
+                                 "            else:\n",
+                     "                    pass\n            else:\n")],
+        "eager-equality", ["not bit-equal to eager", "`mrope_positions[0]` holds"]),
     "prefilled_input_ids_skip_ignores_identity": (  # a marked batch's fresh input_ids left uncopied
         PREFILLED, [(RUNNER, "        if prefilled is None or forward_batch.input_ids is not prefilled[0]:\n",
                      "        if prefilled is None:\n")],

@@ -18,6 +18,8 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
 - The inputs the model reads: seq_lens_sum_not_padded, seq_lens_padded_with_zero, zero_padding_skipped (the
   backend's plan, the padding promise). TARGET_VERIFY: verify_output_sliced_by_requests, verify_view_drops_spec_info.
   Batches planned ahead: planned_replay_skips_positions / _input_ids (the pre-planned branch's re-copy).
+  An mRoPE model: mrope_positions_not_copied (the registry slot never filled from the batch),
+  mrope_padding_not_zeroed (its padded columns left stale, SGLang's own set edited to agree).
   Configuration: default_capture_list_drops_max_bs, padding_switch_ignored.
 """
 from __future__ import annotations
@@ -99,6 +101,17 @@ PLANNED_SKIPS_POSITIONS = [
 PLANNED_SKIPS_INPUT_IDS = [
     (RUNNER, "            self.buffers.input_ids[: self.raw_num_token].copy_(forward_batch.input_ids)\n",
      "            pass\n")]
+# -- an mRoPE model's positions ([3, tokens]) through the buffer registry ---------------------------------------
+REGISTRY = "srt/model_executor/cuda_graph_buffer_registry.py"
+_MROPE_SLOT = ('            "mrope_positions",\n            lambda _bs2, mt: (3, mt),\n            torch.int64,\n'
+               '            axis="tokens",\n            slice_fn=lambda buf, n: buf[:, :n],\n')
+# The slot registered as one the runner computes itself: the batch's mRoPE positions never copied in.
+MROPE_NOT_COPIED = [(REGISTRY, _MROPE_SLOT, _MROPE_SLOT + "            copy_from_fb=False,\n")]
+# The slot's padded columns left as the last replay wrote them: its ZERO policy dropped, and mrope_positions taken
+# off the index-semantic set, so SGLang's own consistency assertion agrees.
+MROPE_PADDING_KEPT = [(REGISTRY, _MROPE_SLOT + "            padding_policy=PaddingPolicy.ZERO,\n", _MROPE_SLOT),
+                      ("srt/model_executor/input_buffers.py", '        "mrope_positions",\n        "out_cache_loc",',
+                       '        "out_cache_loc",')]
 # -- configuration -----------------------------------------------------------------------------------------------
 DEFAULT_LIST_DROPS_MAX = [("srt/arg_groups/cuda_graph_hook.py",
                            "    if max_bs not in capture_bs:\n        capture_bs.append(max_bs)\n", "")]
@@ -110,6 +123,7 @@ VERIFY = f"{SUITE}::test_target_verify_replay_matches_eager"
 PLANNED = f"{SUITE}::test_planned_batches_replay_matches_eager"
 PADDING = f"{SUITE}::test_padding_disabled_replays_only_captured_sizes"
 STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
+MROPE = f"{SUITE}::test_mrope_replay_matches_eager"
 
 # name -> (edits, test to run, extra options, oracle expected, texts expected in the diagnosis)
 MUTANTS = {
@@ -149,6 +163,10 @@ MUTANTS = {
         PLANNED_SKIPS_POSITIONS, PLANNED, (), "eager-equality", ["`positions` holds"]),
     "planned_replay_skips_input_ids": (
         PLANNED_SKIPS_INPUT_IDS, PLANNED, (), "eager-equality", ["`input_ids` holds"]),
+    "mrope_positions_not_copied": (
+        MROPE_NOT_COPIED, MROPE, (), "eager-equality", ["not bit-equal to eager", "`mrope_positions[0]` holds"]),
+    "mrope_padding_not_zeroed": (
+        MROPE_PADDING_KEPT, MROPE, (), "eager-equality", ["padded token columns", "`mrope_positions`", "promises 0"]),
     "default_capture_list_drops_max_bs": (
         DEFAULT_LIST_DROPS_MAX, DYNAMIC, (), "hook-contract", ["default decode capture list", "ending at"]),
     "padding_switch_ignored": (

@@ -32,6 +32,10 @@ request `r = i // w`:
                                                                        input_embeds[i] = state[i] + 0.5 * input_ids[i]
                                                                        (`prepare_dllm_input_embeds`, from the batch's
                                                                        `dllm_input_preparation_state`)
+    h_i += 0.125 * sum over k of (k + 1) * (mrope_positions[k, i]     an mRoPE model only (a VLM's decode): its
+                                           - positions[i])            rotary offsets per section (t, h, w), read
+                                                                       from the staged mrope_positions against the
+                                                                       staged positions
     h_i += 0.0625 * ((sum(global_num_tokens_gpu) - n)                 with DP-attention fields (`n` rows in the
                      + (global_dp_buffer_len - n))                     forward): the gathered buffers' lengths
                                                                        against the rows they gather (0 when they
@@ -68,7 +72,8 @@ LORA_SCALES = {None: 0.0, "a1": 1.0, "a2": 2.0, "a3": -0.5}
 
 def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cache_loc, visible_drafts=None,
                     decode=True, lora_scales=None, verify_lens=None,
-                    input_embeds=None, preparation_state=None) -> tuple[torch.Tensor, torch.Tensor]:
+                    input_embeds=None, preparation_state=None,
+                    mrope_positions=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(next_token_logits, hidden_states) of the closed form above, in float64 from plain lists (per request:
     seq_lens, req_pool_indices, lora_scales, verify_lens; per token: the rest). With `verify_lens` (ragged verify)
     only the real rows, the first sum(verify_lens)."""
@@ -88,6 +93,8 @@ def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cac
             h += 0.25 * sum(input_embeds[i])
         if preparation_state is not None:
             h += 0.25 * (sum(preparation_state[i]) + HIDDEN * 0.5 * t)
+        if mrope_positions is not None:
+            h += 0.125 * sum((k + 1) * (mrope_positions[k][i] - p) for k in range(3))
         if decode:
             h *= 2
         if lora_scales is not None:
@@ -211,11 +218,12 @@ def bind_sglang_hooks(*, attn_backend=None, lora_variant=None) -> None:
 
 
 class DecodeModel(torch.nn.Module):
-    """See the module docstring. `lora_manager` None: no LoRA step."""
+    """See the module docstring. `lora_manager` None: no LoRA step; `mrope`: an mRoPE model."""
 
-    def __init__(self, lora_manager: Optional[LoRAManagerDouble] = None) -> None:
+    def __init__(self, lora_manager: Optional[LoRAManagerDouble] = None, mrope: bool = False) -> None:
         super().__init__()
         self.lora_manager = lora_manager
+        self.mrope = mrope
         self.register_buffer("vocab_weight", torch.arange(1, VOCAB + 1, dtype=torch.float32))
         self.shared_experts_config = None  # read by SGLang's BaseRunner.model_context
 
@@ -244,6 +252,9 @@ class DecodeModel(torch.nn.Module):
             embeds = self.prepare_dllm_input_embeds(input_ids, state)
         if embeds is not None:
             h = h + 0.25 * embeds[:n].to(torch.float32).sum(-1)
+        if self.mrope:
+            sections = forward_batch.mrope_positions[:, :n].to(torch.float32) - positions[None, :n].to(torch.float32)
+            h = h + 0.125 * (sections * torch.arange(1, 4, device=h.device, dtype=torch.float32)[:, None]).sum(0)
         h = h + 0.0625 * _dp_gap(forward_batch, n)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0

@@ -4,7 +4,8 @@
   `{runner}_bs_{bs}[_{lora variant}]_rank0.json.gz` in `$SGLANG_TORCH_PROFILER_DIR/graph_capture_profile`, for
   bs in the capture sizes (`patch_contract.expected_sizes`) x the LoRA variants ("lora", "nolora" with
   `record_nolora_graph`, else none): e.g. sizes [2, 6] without variants give `..._bs_2_rank0.json.gz` and
-  `..._bs_6_rank0.json.gz`. Without it (one unscheduled pass): no trace file (the combined trace's switch is off).
+  `..._bs_6_rank0.json.gz`. A draft worker's base runner prefixes its name with `Draft` (it captures the target's
+  shapes, so the names would collide), where the release names runners for traces (`_profile_runner_name`). Without it (one unscheduled pass): no trace file (the combined trace's switch is off).
 - CUDA runner, either way: allocator memory history switched on before the first capture, the snapshot dumped
   while it was on, then switched off (`harness.devices.memory_history` logs the calls); off at the end.
 - NPU runner (its own profile context, `torch_npu.profiler` on torch's profiler): one trace file of the whole
@@ -28,6 +29,17 @@ def expected_trace_names(case, runner_name: str) -> set[str]:
             for bs in expected_sizes(case)[0] for v in variants}
 
 
+def expected_runner_name(target) -> str:
+    """The runner's name in its trace files, from the class the harness built and whether it built a draft
+    worker (`targets.decode.draft.DraftWorker`)."""
+    runner_class = type(target.runner)
+    name = runner_class.__name__
+    drafts_renamed = hasattr(runner_class, "_profile_runner_name")  # the release's marker
+    if getattr(target, "is_draft_worker", False) and drafts_renamed and name == "DecodeCudaGraphRunner":
+        return f"Draft{name}"
+    return name
+
+
 def check_capture_profile(target, profile_dir: str) -> None:
     case, folder = target.case, os.path.join(profile_dir, TRACE_FOLDER)
     written = set(os.listdir(folder)) if os.path.isdir(folder) else set()
@@ -39,7 +51,7 @@ def check_capture_profile(target, profile_dir: str) -> None:
                                 f"in {folder} and no allocator history calls, found files {sorted(written)} and "
                                 f"calls {calls}", files=sorted(written), memory_history=calls)
         return
-    expected = expected_trace_names(case, type(target.runner).__name__) if case.switches.profile == "per_shape" \
+    expected = expected_trace_names(case, expected_runner_name(target)) if case.switches.profile == "per_shape" \
         else set()
     if written != expected:
         raise OracleFailure(ORACLE, f"capture traces ({case.switches.profile}): expected {sorted(expected)}, found "

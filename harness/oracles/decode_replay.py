@@ -27,7 +27,8 @@ def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exac
         if not entry.enable_compile:
             continue
         n = entry.num_tokens
-        batch = batch_of_size(n, lora=target.lora_manager is not None, width=target.case.tokens_per_request)
+        batch = batch_of_size(n, lora=target.lora_manager is not None, width=target.case.tokens_per_request,
+                              mrope=target.case.switches.mrope)
         compiled = target.eager(batch, forward=entry.forward).next_token_logits
         expected = target.eager(batch).next_token_logits
         try:
@@ -38,8 +39,11 @@ def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exac
 
 
 def shifted(batch):
+    mrope = getattr(batch, "mrope_positions", None)  # an mRoPE batch's sections move with its positions
     return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids],
-                               positions=[p + 1 for p in batch.positions])
+                               positions=[p + 1 for p in batch.positions],
+                               **({} if mrope is None else
+                                  {"mrope_positions": [[m + 1 for m in row] for row in mrope]}))
 
 
 def by_hand(target, batch):
@@ -50,7 +54,8 @@ def by_hand(target, batch):
                            decode=batch.forward_mode == "DECODE", lora_scales=scales,
                            verify_lens=getattr(batch, "verify_lens", None),
                            input_embeds=getattr(batch, "input_embeds", None),
-                           preparation_state=getattr(batch, "preparation_state", None))
+                           preparation_state=getattr(batch, "preparation_state", None),
+                           mrope_positions=getattr(batch, "mrope_positions", None))
 
 
 TOKEN_INPUTS = ("input_ids", "positions", "out_cache_loc")
@@ -58,14 +63,17 @@ REQUEST_INPUTS = ("req_pool_indices", "seq_lens")
 
 
 def _wanted(batch) -> dict:
-    return {"input_ids": batch.input_ids, "positions": batch.positions, "out_cache_loc": batch.cache_slots,
-            "req_pool_indices": batch.pool_rows, "seq_lens": batch.seq_lens}
+    wanted = {"input_ids": batch.input_ids, "positions": batch.positions, "out_cache_loc": batch.cache_slots,
+              "req_pool_indices": batch.pool_rows, "seq_lens": batch.seq_lens}
+    for k, row in enumerate(getattr(batch, "mrope_positions", None) or []):
+        wanted[f"mrope_positions[{k}]"] = row
+    return wanted
 
 
 def stale_inputs(target, batch) -> str:
     """Which static input (or attention metadata) the runner holds for the batch's real rows differs from the batch:
     a diagnosis only, read after a failure, never the expectation."""
-    held = {name: (target.static_buffer(name), wanted) for name, wanted in _wanted(batch).items()}
+    held = {name: (_static(target, name), wanted) for name, wanted in _wanted(batch).items()}
     metadata = target.attn_backend.forward_metadata
     held["attention metadata seq_lens"] = (metadata.seq_lens, batch.seq_lens)
     held["attention metadata visible_drafts"] = (metadata.visible_drafts, batch.visible_drafts())
@@ -79,6 +87,14 @@ def stale_inputs(target, batch) -> str:
     embeddings = getattr(target, "stale_embeddings", None)  # a dLLM target: the embeddings or state the graph reads
     return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + (layout(batch) if layout else "") + \
         (embeddings(batch) if embeddings else "")
+
+
+def _static(target, name: str):
+    """The static buffer `name`, or one section of the mRoPE buffer (`mrope_positions[k]`)."""
+    if name.startswith("mrope_positions["):
+        buffer = target.static_buffer("mrope_positions")
+        return None if buffer is None else buffer[int(name[-2])]
+    return target.static_buffer(name)
 
 
 def ragged_note(batch) -> str:
@@ -108,6 +124,12 @@ def check_padding_promises(target, batch, index: int) -> None:
             raise OracleFailure("eager-equality", f"replay {index}: padded rows {start}..{stop - 1} of `{name}` hold "
                                 f"{rows}, SGLang's padding policy promises {value} (batch of {batch.batch_size} "
                                 f"request(s) padded to {padded})", batch=batch)
+    mrope = target.static_buffer("mrope_positions") if getattr(batch, "mrope_positions", None) else None
+    if mrope is not None and mrope[:, tokens[0]:tokens[1]].any():
+        raise OracleFailure("eager-equality", f"replay {index}: padded token columns {tokens[0]}..{tokens[1] - 1} of "
+                            f"`mrope_positions` hold {mrope[:, tokens[0]:tokens[1]].tolist()}, SGLang's padding "
+                            f"policy promises 0 (batch of {batch.batch_size} request(s) padded to {padded})",
+                            batch=batch)
 
 
 def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool,

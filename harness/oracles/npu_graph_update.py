@@ -18,6 +18,7 @@ import inspect
 
 from harness.oracles import OracleFailure
 from harness.oracles.patch_contract import expected_sizes
+from harness.versions import parse, sglang_version
 
 ORACLE = "npu-graph-update"
 V2_SEQ_LEN_ARCHITECTURES = ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM")
@@ -39,13 +40,23 @@ def _knows_v4(target) -> bool:
     return hasattr(inspect.getmodule(type(target.runner)), "is_deepseek_v4")
 
 
-def _replay_reads(target, name: str) -> bool:
-    """Whether the release's NPU runner's replay method names `name` (as `construction_patches` asks SGLang's
-    source): `seq_lens_cpu_list`, a DFLASH verify updated from the backend's list (after 0.5.19; earlier ones
-    recompute from the batch, padded rows 0)."""
+# A DFLASH verify's update from the attention backend's `seq_lens_cpu_list`: checked on the releases at hand,
+# 0.5.23 reads it, 0.5.19 and earlier (and the June main trees) recompute from the batch, padded rows 0.
+READS_BACKEND_LIST_FROM, RECOMPUTES_UP_TO = (0, 5, 23), (0, 5, 19)
+
+
+def _reads_backend_list(target) -> bool:
+    """By the release, not by the replay body a mutant may edit; only a release between the two checked ones, or
+    a source tree (no version), is asked its NPU runner's replay source."""
+    version = sglang_version()
+    if version != "source tree":
+        if parse(version) >= READS_BACKEND_LIST_FROM:
+            return True
+        if parse(version) <= RECOMPUTES_UP_TO:
+            return False
     runner = type(target.runner)
     replay = getattr(runner, "execute", None) or runner.replay  # `replay` on trees before the runner refactor
-    return name in inspect.getsource(replay)
+    return "seq_lens_cpu_list" in inspect.getsource(replay)
 
 
 def expected_updates(target, batch) -> list[list[dict]]:
@@ -56,7 +67,7 @@ def expected_updates(target, batch) -> list[list[dict]]:
     name = "actual_seq_kvlen" if case.switches.architecture in V2_SEQ_LEN_ARCHITECTURES else "actual_seq_lengths_kv"
     padded = min(s for s in expected_sizes(case)[0] if s >= batch.batch_size)
     extra = case.tokens_per_request if batch.forward_mode == "TARGET_VERIFY" else 0
-    dflash_list = extra and case.spec.algorithm == "DFLASH" and _replay_reads(target, "seq_lens_cpu_list")
+    dflash_list = extra and case.spec.algorithm == "DFLASH" and _reads_backend_list(target)
     pad = target.attn_backend.seq_len_fill_value + extra if dflash_list else 0
     return [[{name: [s + extra for s in batch.seq_lens] + [pad] * (padded - batch.batch_size)}]]
 

@@ -147,6 +147,7 @@ class DecodeBatch:
     draft_visibility: Optional[list[list[list[bool]]]] = None  # TARGET_VERIFY: per request, draft rows x columns
     host_seq_lens: bool = True  # False: no CPU mirror of seq_lens (ForwardBatch.seq_lens_cpu None), as some workers
     dp_fields: bool = False  # the scheduler's DP-attention fields of one rank (its tokens, the gathered length)
+    mrope_positions: Optional[list[list[int]]] = None  # an mRoPE model's: 3 sections x tokens
 
     @property
     def batch_size(self) -> int:
@@ -201,6 +202,7 @@ class DecodeBatch:
             global_forward_mode=ForwardMode[self.forward_mode],
             capture_hidden_mode=CaptureHiddenMode.FULL if verify and spec.captures_hidden else CaptureHiddenMode.NULL,
             spec_info=self.verify_input(device, spec) if verify else None,
+            mrope_positions=None if self.mrope_positions is None else tensor(self.mrope_positions),
         )
 
     def verify_input(self, device: str, spec: SpecSettings):
@@ -319,14 +321,14 @@ def make_attention_backend_class():
 _SHARED: dict = {}
 
 
-def shared_parts(lora: bool, device: str, make_attention: Callable):
+def shared_parts(lora: bool, device: str, make_attention: Callable, mrope: bool = False):
     """(model, LoRA manager or None, attention backend for the runner, attention backend for eager), one per
     process and setting: Dynamo caches compiled frames per model instance, so reuse keeps compiled forwards."""
-    key = (lora, device, make_attention)
+    key = (lora, device, make_attention, mrope)
     if key not in _SHARED:
         manager = LoRAManagerDouble(device) if lora else None
         attention_class = make_attention()
-        _SHARED[key] = (DecodeModel(manager).to(device), manager, attention_class(device=device),
+        _SHARED[key] = (DecodeModel(manager, mrope).to(device), manager, attention_class(device=device),
                         attention_class(device=device))
     return _SHARED[key]
 
@@ -438,7 +440,7 @@ class DecodeTarget:
         self.server_args = self.publish_config(case, device)
         ensure_tp_group()
         self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = shared_parts(
-            case.lora, device, self.attention_backend_for(case))
+            case.lora, device, self.attention_backend_for(case), case.switches.mrope)
         self.model_runner = self.make_model_runner(case, device)
         self.decoration = load(layout.decoration_module)
         self.runner_class = self._runner_class()

@@ -65,6 +65,7 @@ def draft_layout(layout: Layout, *, compact: bool = False) -> Layout:
 
 class DraftWorker:
     compact = False
+    is_draft_worker = True  # the oracles' view: this target's runner serves a draft worker
 
     def make_model_runner(self, case, device: str):
         model_runner = super().make_model_runner(case, device)

@@ -65,8 +65,16 @@ class PlannedReplays:
         fb = self.target.forward_batch(batch)  # stale_mark
         fb.mark_forward_metadata_ready(replan_equivalent=True)
         planned = self.last_plan
-        restaged = {name: getattr(batch, name) for name in RESTAGED if hasattr(batch, name)}
+        restaged = {name: getattr(batch, name) for name in self.restaged() if hasattr(batch, name)}
         return self.execute(fb), dataclasses.replace(planned, **restaged)
+
+    def restaged(self) -> tuple[str, ...]:
+        """`RESTAGED`, and the mRoPE positions where the NPU runner's pre-planned (non-DFLASH) branch copies them
+        again: under the overlap plan stream (`SGLANG_ENABLE_OVERLAP_PLAN_STREAM`); the decode runner's
+        `_copy_replay_inputs` never does."""
+        switches = self.target.case.switches
+        again = self.target.personality == "npu" and switches.overlap_plan_stream
+        return RESTAGED + (("mrope_positions",) if again else ())
 
     def _feasible(self, batch, kind: str) -> str:
         """A stale mark needs a last plan of the same shapes and mode (else SGLang's copies would not fit); a resize
@@ -93,8 +101,11 @@ def resized(batch):
     def cut(values, n):
         return None if values is None else list(values[:n])
 
+    mrope = getattr(batch, "mrope_positions", None)
+
     return dataclasses.replace(
         batch, input_ids=cut(batch.input_ids, tokens), positions=cut(batch.positions, tokens),
         seq_lens=cut(batch.seq_lens, keep), lora_ids=cut(batch.lora_ids, keep),
         req_pool_indices=cut(batch.req_pool_indices, keep), out_cache_loc=cut(batch.out_cache_loc, tokens),
-        draft_visibility=cut(batch.draft_visibility, keep))
+        draft_visibility=cut(batch.draft_visibility, keep),
+        **({} if mrope is None else {"mrope_positions": [row[:tokens] for row in mrope]}))

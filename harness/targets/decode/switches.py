@@ -2,8 +2,11 @@
 `--enable-profile-cuda-graph` (with `SGLANG_GRAPH_BATCH_CAPTURE`: one trace per captured shape), the metadata
 glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with `SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW`), the replay log
 (`SGLANG_LOG_DECODE_GRAPH_KEY`), a DSPARK target verify runner's metadata glue and pre-planned input skip
-(`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`, `SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`), the model's architecture (the NPU runner picks its seq-len update by it), and `--moe-dense-tp-size 1` (the
-gathered DP-attention buffers, on one rank).
+(`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`, `SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`), the model's
+architecture (the NPU runner picks its seq-len update by it), `--moe-dense-tp-size 1` (the gathered DP-attention
+buffers, on one rank), a model reading mRoPE positions (a VLM's decode: `ForwardBatch.mrope_positions`, staged
+through the runner's buffer registry) and the overlap plan stream (`SGLANG_ENABLE_OVERLAP_PLAN_STREAM`, under which
+the NPU runner re-copies a pre-planned batch's mRoPE positions).
 `environment()` sets them for one example; `missing()` names what the installed release lacks."""
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ class RunnerSwitches:
     glue_declined: bool = False  # with dspark_verify_glue: the attention backend declares no host-free verify prep
     skip_prefilled: bool = False  # a DSPARK target verify runner skips re-copying pre-planned input_ids / positions
     draft_glue: bool = False  # a draft runner's metadata glue (no switch: on where its backend declares it)
+    mrope: bool = False  # the model reads mRoPE positions ([3, tokens]); the batches carry them
+    overlap_plan_stream: bool = False  # SGLANG_ENABLE_OVERLAP_PLAN_STREAM
 
     def environment_variables(self) -> dict[str, str]:
         """The SGLang environment variables these switches set (each to "1")."""
@@ -41,7 +46,8 @@ class RunnerSwitches:
                  ("SGLANG_OPT_SKIP_GLUED_REPLAY_VIEW", self.metadata_glue and self.skip_glued_view),
                  ("SGLANG_LOG_DECODE_GRAPH_KEY", self.log_graph_key),
                  ("SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE", self.dspark_verify_glue),
-                 ("SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS", self.skip_prefilled)]
+                 ("SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS", self.skip_prefilled),
+                 ("SGLANG_ENABLE_OVERLAP_PLAN_STREAM", self.overlap_plan_stream)]
         return {name: "1" for name, on in names if on}
 
     def missing(self, runner_module: str) -> Optional[str]:
@@ -64,6 +70,8 @@ class RunnerSwitches:
 
             if "can_run_decode_cuda_graph" not in getattr(ForwardBatch, "__dataclass_fields__", {}):
                 return f"SGLang {sglang_version()} has no ForwardBatch.can_run_decode_cuda_graph: no DP fields driven"
+        if self.mrope and "mrope_positions" not in inspect.getsource(load(runner_module)):
+            return f"SGLang {sglang_version()}: {runner_module} stages no mrope_positions"
         if self.draft_glue and not hasattr(load(runner_module, "DecodeCudaGraphRunner"), "_glues_draft_metadata"):
             return f"SGLang {sglang_version()} has no DecodeCudaGraphRunner._glues_draft_metadata: no draft glue"
         if self.metadata_glue or self.dspark_verify_glue or self.draft_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
@@ -79,7 +87,8 @@ class RunnerSwitches:
         fresh and removed after) when profiling, else None. Variables the switches leave off are unset."""
         off = {name: None for name in RunnerSwitches(profile="per_shape", metadata_glue=True, skip_glued_view=True,
                                                      log_graph_key=True, dspark_verify_glue=True,
-                                                     skip_prefilled=True).environment_variables()}
+                                                     skip_prefilled=True, overlap_plan_stream=True
+                                                     ).environment_variables()}
         values = {**off, **self.environment_variables(), "SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE": None}
         folder = tempfile.mkdtemp(prefix="harness-profile-") if self.profile else None
         if folder:
