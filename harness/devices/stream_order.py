@@ -18,6 +18,7 @@ per-storage history is dropped there (it can no longer race), which keeps the ch
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import weakref
 from typing import Any, Optional
@@ -178,6 +179,18 @@ def _access(tensor: torch.Tensor, kind: AccessType, stream: int, operator: str, 
         info.reads.append(access)
 
 
+@functools.lru_cache(maxsize=None)
+def _plan(func) -> tuple[str, tuple[tuple[int, str, AccessType], ...], tuple[int, ...]]:
+    """What an operator's schema says once, not per call: its name; per argument it touches, (position, name,
+    READ or WRITE; views skipped: metadata only); the positions of the results it allocates (fresh storage)."""
+    schema = func._schema
+    arguments = tuple((position, argument.name, AccessType.READ if argument.alias_info is None else AccessType.WRITE)
+                      for position, argument in enumerate(schema.arguments)
+                      if argument.alias_info is None or argument.alias_info.is_write)
+    fresh = tuple(position for position, result in enumerate(schema.returns) if result.alias_info is None)
+    return f"aten.{func.overloadpacket.__name__}", arguments, fresh
+
+
 class StreamOrderMode(TorchDispatchMode):
     """Sees every aten op outside a capture and files its accesses on the current stream. Dynamo keeps compiling
     under it (`ignore_compile_internals`), so compiled code and its guards run as without it."""
@@ -202,7 +215,7 @@ class StreamOrderMode(TorchDispatchMode):
         return out
 
     def _file(self, func, args, kwargs, out) -> None:
-        schema = func._schema
+        operator, arguments, fresh_returns = _plan(func)
         stream = self.current_stream().stream_id
         checker = _checker
         checker.seq_num += 1
@@ -210,20 +223,12 @@ class StreamOrderMode(TorchDispatchMode):
         if stream != DEFAULT_STREAM_ID:
             checker.streams.add(stream)
         site = legality.caller_site(3)  # the caller of __torch_dispatch__, outside torch
-        operator = f"aten.{func.overloadpacket.__name__}"
-        named = dict(zip((a.name for a in schema.arguments), args))
-        named.update(kwargs)
-        for argument in schema.arguments:
-            if argument.name not in named:
-                continue
-            alias = argument.alias_info
-            if alias is not None and not alias.is_write:
-                continue  # a view: metadata only
-            kind = AccessType.WRITE if alias is not None else AccessType.READ
-            for tensor in _tensors(named[argument.name]):
+        for position, name, kind in arguments:
+            value = args[position] if position < len(args) else kwargs.get(name)
+            for tensor in _tensors(value):
                 _access(tensor, kind, stream, operator, site, fresh=False)
         returns = out if isinstance(out, (tuple, list)) else (out,)
-        for result, value in zip(schema.returns, returns):
-            if result.alias_info is None:
-                for tensor in _tensors(value):
+        for position in fresh_returns:
+            if position < len(returns):
+                for tensor in _tensors(returns[position]):
                     _access(tensor, AccessType.WRITE, stream, operator, site, fresh=True)

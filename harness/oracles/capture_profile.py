@@ -5,7 +5,8 @@
   bs in the capture sizes (`patch_contract.expected_sizes`) x the LoRA variants ("lora", "nolora" with
   `record_nolora_graph`, else none): e.g. sizes [2, 6] without variants give `..._bs_2_rank0.json.gz` and
   `..._bs_6_rank0.json.gz`. A draft worker's base runner prefixes its name with `Draft` (it captures the target's
-  shapes, so the names would collide), where the release names runners for traces (`_profile_runner_name`). Without it (one unscheduled pass): no trace file (the combined trace's switch is off).
+  shapes, so the names would collide), where the release names runners for traces (`_profile_runner_name`).
+  Without it (one unscheduled pass): no trace file (the combined trace's switch is off).
 - CUDA runner, either way: allocator memory history switched on before the first capture, the snapshot dumped
   while it was on, then switched off (`harness.devices.memory_history` logs the calls); off at the end.
 - NPU runner (its own profile context, `torch_npu.profiler` on torch's profiler): one trace file of the whole
