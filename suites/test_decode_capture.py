@@ -172,8 +172,9 @@ def drawn_kinds(data, first: tuple[str, ...] = ()):
     return kinds
 
 
-# the first batch planned, then its shifted twin marked without a plan (same shapes): the plan's staging replayed
-PLAN_THEN_STALE_MARK = ("planned", "stale_mark")
+# the first batch planned, then the next step of its requests planned before it executes (k + 1 planned before k
+# runs), then its shifted twin marked without a plan (same shapes): the staged plan's inputs replayed both times
+PLANNED_AHEAD_THEN_STALE_MARK = ("planned_ahead", "stale_mark")
 
 
 def mrope_case(case, **switches):
@@ -185,14 +186,15 @@ def mrope_case(case, **switches):
 def test_mrope_replay_matches_eager(case, data, device, personality, layout):
     """An mRoPE model (a VLM's decode) reads `mrope_positions`, which the runner stages through its buffer registry
     (the [3, tokens] slot, its padded columns zeroed); planned ahead as in the planned test, a stale mark replays
-    the plan's mRoPE positions with the batch's own positions (the decode runner re-copies only those)."""
+    the plan's mRoPE positions with the batch's own positions (the decode runner re-copies only those), and so
+    does a batch whose requests' next step was planned before it executed."""
     with example("decode_mrope", personality=personality, **case.drawn()) as ex:
         skip_without_speculative(layout, personality)
         missing = case.switches.missing(layout.runner_module)
         if missing:
             pytest.skip(missing)
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex,
-                          kinds=drawn_kinds(data, PLAN_THEN_STALE_MARK))
+                          kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))
 
 
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------

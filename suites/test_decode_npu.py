@@ -16,8 +16,8 @@ from harness.targets.decode.planned import KINDS
 from strategies.capture import decode_cases
 from strategies.switches import npu_batches, npu_cases
 from suites.test_decode_capture import (  # noqa: F401 - the fixtures and the pinned finding, here under npu
-    PLAN_THEN_STALE_MARK, capture_and_check, device, drawn_batches, drawn_kinds, layout, mrope_case, run_dllm,
-    skip_without_speculative, test_findings_npu_dflash_preplanned_verify_crashes,
+    PLANNED_AHEAD_THEN_STALE_MARK, capture_and_check, device, drawn_batches, drawn_kinds, layout, mrope_case,
+    run_dllm, skip_without_speculative, test_findings_npu_dflash_preplanned_verify_crashes,
 )
 
 
@@ -96,7 +96,8 @@ def test_npu_dllm_replay_matches_eager(data, device, personality, layout):
 def test_npu_mrope_planned_under_overlap_plan_stream(case, data, device, personality, layout):
     """An mRoPE model's batches planned ahead through NPUGraphRunner.execute with the overlap plan stream on: its
     pre-planned branch copies the batch's mRoPE positions again (the plan may have staged them early), so a stale
-    mark replays the batch's own mRoPE positions, not the plan's."""
+    mark, or a batch whose requests' next step was planned before it executed, replays its own mRoPE positions,
+    not the plan's."""
     with example("decode_npu", personality=personality, **case.drawn()) as ex:
         skip_without_speculative(layout, personality)
         missing = case.switches.missing(layout.runner_module)
@@ -104,4 +105,4 @@ def test_npu_mrope_planned_under_overlap_plan_stream(case, data, device, persona
             pytest.skip(missing)
         with case.switches.environment():
             capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex,
-                              kinds=drawn_kinds(data, PLAN_THEN_STALE_MARK))
+                              kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))

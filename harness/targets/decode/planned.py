@@ -13,6 +13,10 @@ How each batch reaches the runner (drawn per batch, `KINDS`):
   positions (and its LoRA scales, which the worker prepares per batch; its embeddings or dLLM preparation state, as a
   dLLM worker's next denoising step of the same block hands over). The expectation says so, derived from the
   two drawn batches.
+- `planned_ahead` (not drawn from `KINDS`; suites name it): the batch planned and marked, then the next step of
+  the same requests (`step_ahead`: seq_lens, ids and positions one further) planned before the batch executes, as
+  a worker that plans k + 1 before executing k does: the runner's staged plan is k + 1's, so the replay is that
+  plan with the batch's re-copied inputs, as for a stale mark.
 """
 from __future__ import annotations
 
@@ -62,11 +66,18 @@ class PlannedReplays:
                 setattr(fb, field, getattr(marked, field))
             self.last_plan = batch
             return self.execute(fb), batch
+        if kind == "planned_ahead":
+            fb = self.plan(batch)
+            self.plan(step_ahead(batch))
+            return self.execute(fb), self._restaged_onto(self.last_plan, batch)
         fb = self.target.forward_batch(batch)  # stale_mark
         fb.mark_forward_metadata_ready(replan_equivalent=True)
-        planned = self.last_plan
+        return self.execute(fb), self._restaged_onto(self.last_plan, batch)
+
+    def _restaged_onto(self, planned, batch):
+        """The batch a replay of marked `batch` over the staged plan of `planned` computes."""
         restaged = {name: getattr(batch, name) for name in self.restaged() if hasattr(batch, name)}
-        return self.execute(fb), dataclasses.replace(planned, **restaged)
+        return dataclasses.replace(planned, **restaged)
 
     def restaged(self) -> tuple[str, ...]:
         """`RESTAGED`, and the mRoPE positions where the NPU runner's pre-planned (non-DFLASH) branch copies them
@@ -109,3 +120,13 @@ def resized(batch):
         req_pool_indices=cut(batch.req_pool_indices, keep), out_cache_loc=cut(batch.out_cache_loc, tokens),
         draft_visibility=cut(batch.draft_visibility, keep),
         **({} if mrope is None else {"mrope_positions": [row[:tokens] for row in mrope]}))
+
+
+def step_ahead(batch):
+    """The next decode step of the same requests: one more token each (seq_lens, input ids and positions, mRoPE
+    positions one further)."""
+    mrope = getattr(batch, "mrope_positions", None)
+    return dataclasses.replace(
+        batch, seq_lens=[s + 1 for s in batch.seq_lens], input_ids=[t + 1 for t in batch.input_ids],
+        positions=[p + 1 for p in batch.positions],
+        **({} if mrope is None else {"mrope_positions": [[m + 1 for m in row] for row in mrope]}))
