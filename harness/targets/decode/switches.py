@@ -71,7 +71,7 @@ class RunnerSwitches:
             if "can_run_decode_cuda_graph" not in getattr(ForwardBatch, "__dataclass_fields__", {}):
                 return f"SGLang {sglang_version()} has no ForwardBatch.can_run_decode_cuda_graph: no DP fields driven"
         if self.mrope and "mrope_positions" not in inspect.getsource(load(runner_module)):
-            return f"SGLang {sglang_version()}: {runner_module} stages no mrope_positions"
+            return f"SGLang {sglang_version()}: {runner_module} has no mrope_positions staging"
         if self.draft_glue and not hasattr(load(runner_module, "DecodeCudaGraphRunner"), "_glues_draft_metadata"):
             return f"SGLang {sglang_version()} has no DecodeCudaGraphRunner._glues_draft_metadata: no draft glue"
         if self.metadata_glue or self.dspark_verify_glue or self.draft_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
