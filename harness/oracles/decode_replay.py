@@ -38,14 +38,6 @@ def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exac
                                 f"called outside capture: {failure.diagnosis}", **failure.details) from None
 
 
-def shifted(batch):
-    mrope = getattr(batch, "mrope_positions", None)  # an mRoPE batch's sections move with its positions
-    return dataclasses.replace(batch, input_ids=[i + 1 for i in batch.input_ids],
-                               positions=[p + 1 for p in batch.positions],
-                               **({} if mrope is None else
-                                  {"mrope_positions": [[m + 1 for m in row] for row in mrope]}))
-
-
 def by_hand(target, batch):
     """(logits, hidden states) of the model's closed form for `batch`, from the drawn values alone."""
     scales = [LORA_SCALES[i] for i in batch.lora_ids] if target.lora_manager and batch.lora_ids else None
@@ -55,7 +47,7 @@ def by_hand(target, batch):
                            verify_lens=getattr(batch, "verify_lens", None),
                            input_embeds=getattr(batch, "input_embeds", None),
                            preparation_state=getattr(batch, "preparation_state", None),
-                           mrope_positions=getattr(batch, "mrope_positions", None))
+                           mrope_positions=batch.mrope_positions)
 
 
 TOKEN_INPUTS = ("input_ids", "positions", "out_cache_loc")
@@ -63,17 +55,17 @@ REQUEST_INPUTS = ("req_pool_indices", "seq_lens")
 
 
 def _wanted(batch) -> dict:
-    wanted = {"input_ids": batch.input_ids, "positions": batch.positions, "out_cache_loc": batch.cache_slots,
-              "req_pool_indices": batch.pool_rows, "seq_lens": batch.seq_lens}
-    for k, row in enumerate(getattr(batch, "mrope_positions", None) or []):
-        wanted[f"mrope_positions[{k}]"] = row
-    return wanted
+    return {"input_ids": batch.input_ids, "positions": batch.positions, "out_cache_loc": batch.cache_slots,
+            "req_pool_indices": batch.pool_rows, "seq_lens": batch.seq_lens}
 
 
 def stale_inputs(target, batch) -> str:
     """Which static input (or attention metadata) the runner holds for the batch's real rows differs from the batch:
     a diagnosis only, read after a failure, never the expectation."""
-    held = {name: (_static(target, name), wanted) for name, wanted in _wanted(batch).items()}
+    held = {name: (target.static_buffer(name), wanted) for name, wanted in _wanted(batch).items()}
+    mrope = target.static_buffer("mrope_positions")
+    for k, row in enumerate(batch.mrope_positions or []):  # an mRoPE model's sections, each held apart
+        held[f"mrope_positions[{k}]"] = (None if mrope is None else mrope[k], row)
     metadata = target.attn_backend.forward_metadata
     held["attention metadata seq_lens"] = (metadata.seq_lens, batch.seq_lens)
     held["attention metadata visible_drafts"] = (metadata.visible_drafts, batch.visible_drafts())
@@ -87,14 +79,6 @@ def stale_inputs(target, batch) -> str:
     embeddings = getattr(target, "stale_embeddings", None)  # a dLLM target: the embeddings or state the graph reads
     return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + (layout(batch) if layout else "") + \
         (embeddings(batch) if embeddings else "")
-
-
-def _static(target, name: str):
-    """The static buffer `name`, or one section of the mRoPE buffer (`mrope_positions[k]`)."""
-    if name.startswith("mrope_positions["):
-        buffer = target.static_buffer("mrope_positions")
-        return None if buffer is None else buffer[int(name[-2])]
-    return target.static_buffer(name)
 
 
 def ragged_note(batch) -> str:
@@ -124,7 +108,7 @@ def check_padding_promises(target, batch, index: int) -> None:
             raise OracleFailure("eager-equality", f"replay {index}: padded rows {start}..{stop - 1} of `{name}` hold "
                                 f"{rows}, SGLang's padding policy promises {value} (batch of {batch.batch_size} "
                                 f"request(s) padded to {padded})", batch=batch)
-    mrope = target.static_buffer("mrope_positions") if getattr(batch, "mrope_positions", None) else None
+    mrope = target.static_buffer("mrope_positions") if batch.mrope_positions else None
     if mrope is not None and mrope[:, tokens[0]:tokens[1]].any():
         raise OracleFailure("eager-equality", f"replay {index}: padded token columns {tokens[0]}..{tokens[1] - 1} of "
                             f"`mrope_positions` hold {mrope[:, tokens[0]:tokens[1]].tolist()}, SGLang's padding "
@@ -141,7 +125,7 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
     `replay_delta`, taken off before the count is checked."""
     replay = replay or (lambda batch, step: (target.replay(batch), batch))
     for index, drawn in enumerate(batches):
-        for which, batch in (("drawn", drawn), ("shifted", shifted(drawn))):
+        for which, batch in (("drawn", drawn), ("shifted", drawn.shifted())):
             servable = target.expected_servable(batch) if hasattr(target, "expected_servable") else \
                 not target.case.disable_padding or batch.batch_size in expected_sizes(target.case)[0]
             if target.can_replay(batch) != servable:

@@ -153,6 +153,13 @@ class DecodeBatch:
     def batch_size(self) -> int:
         return len(self.seq_lens)
 
+    def shifted(self) -> "DecodeBatch":
+        """The same requests with every input id and position one further (mRoPE sections move with them)."""
+        mrope = self.mrope_positions
+        return dataclasses.replace(self, input_ids=[i + 1 for i in self.input_ids],
+                                   positions=[p + 1 for p in self.positions],
+                                   mrope_positions=None if mrope is None else [[m + 1 for m in row] for row in mrope])
+
     @property
     def pool_rows(self) -> list[int]:
         return self.req_pool_indices if self.req_pool_indices is not None else list(range(self.batch_size))

@@ -112,21 +112,15 @@ def resized(batch):
     def cut(values, n):
         return None if values is None else list(values[:n])
 
-    mrope = getattr(batch, "mrope_positions", None)
-
     return dataclasses.replace(
         batch, input_ids=cut(batch.input_ids, tokens), positions=cut(batch.positions, tokens),
         seq_lens=cut(batch.seq_lens, keep), lora_ids=cut(batch.lora_ids, keep),
         req_pool_indices=cut(batch.req_pool_indices, keep), out_cache_loc=cut(batch.out_cache_loc, tokens),
         draft_visibility=cut(batch.draft_visibility, keep),
-        **({} if mrope is None else {"mrope_positions": [row[:tokens] for row in mrope]}))
+        mrope_positions=None if batch.mrope_positions is None else [row[:tokens] for row in batch.mrope_positions])
 
 
 def step_ahead(batch):
-    """The next decode step of the same requests: one more token each (seq_lens, input ids and positions, mRoPE
-    positions one further)."""
-    mrope = getattr(batch, "mrope_positions", None)
-    return dataclasses.replace(
-        batch, seq_lens=[s + 1 for s in batch.seq_lens], input_ids=[t + 1 for t in batch.input_ids],
-        positions=[p + 1 for p in batch.positions],
-        **({} if mrope is None else {"mrope_positions": [[m + 1 for m in row] for row in mrope]}))
+    """The next decode step of the same requests: one more token each (seq_lens one further, and the ids and
+    positions as `DecodeBatch.shifted` moves them)."""
+    return dataclasses.replace(batch.shifted(), seq_lens=[s + 1 for s in batch.seq_lens])
