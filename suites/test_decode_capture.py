@@ -18,6 +18,7 @@ from harness.oracles.eager import assert_matches_eager
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
 from harness.oracles.recompile import RecompileWatcher
+from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.oracles.decode_replay import check_compiled_forwards_match_eager, check_replays_match_eager
@@ -119,6 +120,26 @@ def test_replay_matches_eager_and_patch_model_contract(case, data, device, perso
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
 
 
+def run_switched(case, draw_batches, device, personality, layout, ex, check, **kwargs) -> None:
+    """Capture and replay `case` under its switches, then `check(target, the batches replayed, the profiler
+    folder)` while they hold; the replay log checked where the switch is on (the decode runner's execute; the NPU
+    runner logs none)."""
+    missing = case.switches.missing(layout.runner_module)
+    if missing:
+        pytest.skip(missing)
+    drawn = []
+
+    def batches_for(sizes):
+        drawn[:] = draw_batches(sizes)
+        return drawn
+
+    with case.switches.environment() as profile_dir, replay_log() as lines:
+        target = capture_and_check(case, batches_for, device, personality, layout, ex, **kwargs)
+        if case.switches.log_graph_key and personality == "cuda":
+            check_replay_log(lines, target.case, drawn)
+        check(target, drawn, profile_dir)
+
+
 def skip_without_speculative(layout, personality=None) -> None:
     """Inside the example, so the skip and its reason (release, missing name) are recorded; with `personality`,
     the pre-planned batches' needs too (`Layout.planning_missing`)."""
@@ -190,11 +211,8 @@ def test_mrope_replay_matches_eager(case, data, device, personality, layout):
     does a batch whose requests' next step was planned before it executed."""
     with example("decode_mrope", personality=personality, **case.drawn()) as ex:
         skip_without_speculative(layout, personality)
-        missing = case.switches.missing(layout.runner_module)
-        if missing:
-            pytest.skip(missing)
-        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex,
-                          kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))
+        run_switched(case, drawn_batches(data, case), device, personality, layout, ex, lambda *_: None,
+                     kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))
 
 
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------

@@ -17,7 +17,7 @@ from strategies.capture import decode_cases
 from strategies.switches import npu_batches, npu_cases
 from suites.test_decode_capture import (  # noqa: F401 - the fixtures and the pinned finding, here under npu
     PLANNED_AHEAD_THEN_STALE_MARK, capture_and_check, device, drawn_batches, drawn_kinds, layout, mrope_case,
-    run_dllm, skip_without_speculative, test_findings_npu_dflash_preplanned_verify_crashes,
+    run_dllm, run_switched, skip_without_speculative, test_findings_npu_dflash_preplanned_verify_crashes,
 )
 
 
@@ -44,14 +44,11 @@ def test_npu_replay_matches_eager_and_updates_graph(case, data, device, personal
     """DECODE, TARGET_VERIFY and IDLE batches through NPUGraphRunner.execute: outputs equal eager, each replay's
     graph update carries the batch's KV lengths under the architecture's name, the capture profile is written."""
     with example("decode_npu", personality=personality, **case.drawn()) as ex:
-        missing = case.switches.missing(layout.runner_module) or (layout.speculative_missing() if case.spec else None)
-        if missing:
-            pytest.skip(missing)
-        with case.switches.environment() as profile_dir:
-            target = capture_and_check(case, lambda sizes: data.draw(npu_batches(case, sizes), label="batches"),
-                                       device, personality, layout, ex, checked=update_checked)
-            if profile_dir:
-                check_capture_profile(target, profile_dir)
+        if case.spec:
+            skip_without_speculative(layout)
+        run_switched(case, lambda sizes: data.draw(npu_batches(case, sizes), label="batches"), device, personality,
+                     layout, ex, lambda target, _, folder: folder and check_capture_profile(target, folder),
+                     checked=update_checked)
 
 
 @pytest.mark.parametrize("algorithm", ["EAGLE", "DFLASH"])
@@ -100,9 +97,5 @@ def test_npu_mrope_planned_under_overlap_plan_stream(case, data, device, persona
     not the plan's."""
     with example("decode_npu", personality=personality, **case.drawn()) as ex:
         skip_without_speculative(layout, personality)
-        missing = case.switches.missing(layout.runner_module)
-        if missing:
-            pytest.skip(missing)
-        with case.switches.environment():
-            capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex,
-                              kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))
+        run_switched(case, drawn_batches(data, case), device, personality, layout, ex, lambda *_: None,
+                     kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))

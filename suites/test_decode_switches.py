@@ -15,7 +15,6 @@ from hypothesis import given, strategies as st
 from harness.oracles.capture_profile import check_capture_profile
 from harness.oracles.metadata_glue import GlueGraphs, check_glue_declined, check_glue_served
 from harness.oracles.prefilled_inputs import check_prefilled_skips
-from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets.decode.planned import KINDS
@@ -26,27 +25,7 @@ from strategies.switches import (
     dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, prefilled_batches, profile_cases,
 )
 from suites.test_decode_capture import (  # noqa: F401 - the fixtures
-    capture_and_check, device, layout, skip_without_draft, skip_without_speculative)
-
-
-def run_switched(case, draw_batches, device, personality, layout, ex, check, **kwargs) -> None:
-    """Capture and replay `case` under its switches, then `check(target, the batches replayed, the profiler
-    folder)` while they hold; the replay log checked where the switch is on (the decode runner's execute; the NPU
-    runner logs none)."""
-    missing = case.switches.missing(layout.runner_module)
-    if missing:
-        pytest.skip(missing)
-    drawn = []
-
-    def batches_for(sizes):
-        drawn[:] = draw_batches(sizes)
-        return drawn
-
-    with case.switches.environment() as profile_dir, replay_log() as lines:
-        target = capture_and_check(case, batches_for, device, personality, layout, ex, **kwargs)
-        if case.switches.log_graph_key and personality == "cuda":
-            check_replay_log(lines, target.case, drawn)
-        check(target, drawn, profile_dir)
+    device, layout, run_switched, skip_without_draft, skip_without_speculative)
 
 
 @suite_settings(gate_examples=3, shrink_in_gate=False)
