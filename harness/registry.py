@@ -66,6 +66,7 @@ SUITES: tuple[Suite, ...] = (
                  "decode_ragged_verify": Picture("batch size", "forward mode", note="replayed"),
                  "decode_draft_verify": Picture("batch size", "forward mode", note="replayed"),
                  "decode_dllm": Picture("batch size", "forward mode", note="replayed"),
+                 "decode_mrope": Picture("batch size", "forward mode", note="replayed"),
                  "decode_ragged_refusal": None, "decode_draft_refusal": None, "decode_dllm_refusal": None,
                  "decode_findings": None,
                  "decode_npu": Picture("batch size", "forward mode", note="replayed"),

@@ -8,8 +8,9 @@
 - `dp_gather_cases()` with `dp_batches()`: `--moe-dense-tp-size 1` (the gathered DP buffers on one rank), batches
   with the scheduler's DP fields.
 - `glue_cases()` with `glue_batches()`: the metadata glue graph, which only serves unpadded, LoRA-free batches
-  after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times
-  (DSPARK's causal TARGET_VERIFY batches, `dspark_batch()`, for a speculative case).
+  after its warm-ups (two per replay key): batches of captured sizes, each size replayed several times, and one
+  padded batch it must leave to the eager prep (DSPARK's causal TARGET_VERIFY batches, `dspark_batch()`, for a
+  speculative case).
 - `dspark_cases()`: a DSPARK target worker's static verify, under its own switches (its verify metadata glue, its
   pre-planned input skip); with `glue_batches()`, or `prefilled_batches()` for the pre-planned skip.
   A DFLASH draft worker's case with the draft glue (`draft_glue`) gets `glue_batches()` of draft batches.

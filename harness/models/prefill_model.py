@@ -397,7 +397,6 @@ def reference_logits(requests: Sequence[Sequence[Sequence[float]]], num_layers: 
     return out
 
 
-
 # A LoRA server's adapters: the scale each one's (rank-0-free) delta adds to e[t, 0] of its request's tokens.
 ADAPTER_SCALES = {None: 0.0, "sql": 1.0, "chat": 2.0}
 # The LoRA backend's own request cap for its static prefill batch info (SGLang's backend reports it as

@@ -84,5 +84,5 @@ def check_npu_graph_update(target, batch, before: dict) -> None:
            for update in updates]
     if got != expected:
         raise OracleFailure(ORACLE, f"replay of a {batch.forward_mode} batch of seq_lens {batch.seq_lens} (host "
-                            f"mirror: {batch.host_seq_lens}): expected graph updates {expected}, the graphs got {got}", expected=expected, got=got,
-                            architecture=target.case.switches.architecture)
+                            f"mirror: {batch.host_seq_lens}): expected graph updates {expected}, the graphs got {got}",
+                            expected=expected, got=got, architecture=target.case.switches.architecture)

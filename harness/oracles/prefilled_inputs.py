@@ -4,7 +4,8 @@ re-copying the ones that are the very tensors recorded (it still copies any that
 that). Each pre-planned replay that found a record counts one skip and clears it, so from the way each replay
 reached the runner (`planned.KINDS`, as taken):
 
-    skips = pre-planned replays (planned, stale_mark) with a load (execute, planned, replanned) since the last one
+    skips = pre-planned replays (planned, stale_mark, planned_ahead) with a load (execute, planned, replanned,
+            planned_ahead) since the last one
 
 e.g. execute, stale_mark, planned, stale_mark: 2 (the last mark finds the record cleared by `planned`'s replay).
 Read from SGLang's `num_prefilled_input_skips` as evidence."""
@@ -13,8 +14,9 @@ from __future__ import annotations
 from harness.oracles import OracleFailure
 
 ORACLE = "prefilled-inputs"
-LOADS = ("execute", "planned", "replanned")  # execute plans an unmarked or resized batch itself
-PRE_PLANNED = ("planned", "stale_mark")
+# execute plans an unmarked or resized batch itself; planned_ahead loads the batch and the next step's, then replays
+LOADS = ("execute", "planned", "replanned", "planned_ahead")
+PRE_PLANNED = ("planned", "stale_mark", "planned_ahead")
 
 
 def expected_prefilled_skips(kinds_taken) -> int:
