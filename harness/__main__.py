@@ -138,8 +138,11 @@ def mutate(options, extra: list[str]) -> int:
                 print(f"{target.file}::{target.function}")
             return 0
         report_dir = Path(options.report_dir)
+        if options.edits and options.functions:
+            raise HarnessError("--edits judges the given edits; --functions draws mutants: give one of them")
         rows = run_mutate(Request(sglang_dir, root, report_dir, options.count, options.seed, options.functions,
-                                  options.workers, options.budget, options.timeout))
+                                  options.workers, options.budget, options.timeout, options.thorough,
+                                  Path(options.edits) if options.edits else None, options.warm))
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -228,6 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     change.add_argument("--report-dir", default="reports/mutate",
                         help="the gate campaign (coverage), mutants.jsonl, mutate.md, report.html")
     change.add_argument("--list", action="store_true", help="list the targeted functions and stop")
+    change.add_argument("--thorough", action="store_true",
+                        help="judge each mutant by every suite that drives its file (default: only the test items "
+                             "the campaign's line map says execute its line, fastest first)")
+    change.add_argument("--edits", default=None, metavar="FILE",
+                        help='judge these text edits instead of drawn mutants: a JSON list of {"file", "old", "new"} '
+                             "(file inside the sglang package), e.g. the reverse of a fix about to be merged")
+    change.add_argument("--warm", action="store_true",
+                        help="fork each mutant run from a warm parent that imported torch, Hypothesis, pytest and the "
+                             "harness once (never SGLang), instead of a fresh interpreter per run")
     change.set_defaults(handler=mutate)
     search = commands.add_parser("bisect", help="the first commit of an SGLang checkout where a test fails")
     search.add_argument("--tree", required=True, help="a git checkout of SGLang (only read: never checked out)")

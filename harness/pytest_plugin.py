@@ -121,6 +121,8 @@ def pytest_sessionstart(session):
         run.coverage = SGLangCoverage(run.context["sglang_path"], run.report_dir)
         if not run.controller:  # the processes that drive SGLang measure it
             run.coverage.start()
+        if not run.worker:
+            config.pluginmanager.register(ItemDurations(run.coverage.durations), "harness-item-durations")
 
 
 def stream_order_state(device: str) -> str:
@@ -212,6 +214,33 @@ def pytest_sessionfinish(session):
         return
     for row in run.coverage.results():
         record.write_to(run.report_dir / "coverage.jsonl", {**row, "run_id": run.context["run_id"]})
+    run.coverage.write_line_tests(run.context["run_id"])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """--sglang-coverage, in a measuring process: what each test item (setup, call, teardown) executes of SGLang's
+    targeted code is recorded under its node id (coverage.py's dynamic contexts), for `mutate`'s line map."""
+    run = item.config.stash.get(RUN, None)
+    measuring = run is not None and run.coverage is not None and not run.controller
+    if measuring:
+        run.coverage.switch(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        if measuring:
+            run.coverage.switch("")
+
+
+class ItemDurations:
+    """--sglang-coverage, in the process that writes the line map (the controller, or the only process): each
+    item's seconds over its phases, so `mutate` runs the fastest item reaching a line first."""
+
+    def __init__(self, durations: dict[str, float]):
+        self.durations = durations
+
+    def pytest_runtest_logreport(self, report) -> None:
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_report_header(config):

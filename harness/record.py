@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.errors import HarnessError
 from harness.oracles import OracleFailure, capture_legality, stream_order
 
 
@@ -109,13 +110,33 @@ class Example:
         self.notes: dict[str, Any] = {}
         self.verdict = "pass"
         self.reason = ""
+        self.rule: Optional[str] = None
 
     def note(self, key: str, value: Any) -> None:
         self.notes[key] = value
 
-    def expected_error(self, reason: str) -> None:
-        """SGLang refused this case the way its contract says it must: recorded, not a failure."""
-        self.verdict, self.reason = "expected-error", reason
+    def expected_error(self, reason: str, *, rule: str) -> None:
+        """SGLang refused this case the way its contract says it must: recorded, not a failure. `rule`: the short
+        stable name of the rule that predicted the refusal from the case before the run (the summary counts
+        expected errors per rule); a refusal no rule predicted is a failure, never an expected error."""
+        if not rule:
+            raise HarnessError("expected_error(reason, rule=...) needs the name of the rule that predicted the "
+                               "refusal from the case before the run")
+        self.verdict, self.reason, self.rule = "expected-error", reason, rule
+
+    def audit_refusal(self, rule, *, refused: Optional[str], oracle: str, what: str, **evidence) -> None:
+        """Judge SGLang's answer against `rule` (a (name, reason) computed from the case before the run, None: the
+        rules call the case valid). `refused`: SGLang's refusal in words, None when it served the case. Refused and
+        predicted: an expected error under the rule's name; refused unpredicted, or predicted and served: a failure
+        of `oracle`."""
+        if refused is not None and rule is not None:
+            self.expected_error(f"{rule[1]}: SGLang refused it ({refused[:160]})", rule=rule[0])
+        elif refused is not None:
+            raise OracleFailure(oracle, f"SGLang refused a case the rules call valid: {what}: {refused[:300]}",
+                                **evidence)
+        elif rule is not None:
+            raise OracleFailure(oracle, f"the rules predict SGLang refuses {what} ({rule[0]}: {rule[1]}), but SGLang "
+                                "served it", expected_rule=rule[0], **evidence)
 
 
 def _is_final_run() -> bool:
@@ -174,6 +195,8 @@ def example(suite: str, **drawn):
         raise
     else:
         record.update(verdict=ex.verdict, diagnosis=ex.reason)
+        if ex.rule is not None:
+            record["expected_rule"] = ex.rule
     finally:
         if record:
             record.update(notes=jsonable(ex.notes), seconds=round(time.perf_counter() - started, 4),

@@ -67,9 +67,10 @@ SUITES: tuple[Suite, ...] = (
                  "decode_draft_verify": Picture("batch size", "forward mode", note="replayed"),
                  "decode_dllm": Picture("batch size", "forward mode", note="replayed"),
                  "decode_mrope": Picture("batch size", "forward mode", note="replayed"),
+                 "decode_overlap": Picture("batch size", "forward mode", note="replayed"),
                  "decode_ragged_refusal": None, "decode_draft_refusal": None, "decode_dllm_refusal": None,
                  "decode_findings": None,
-                 "decode_npu": Picture("batch size", "forward mode", note="replayed"),
+                 "decode_npu": Picture("batch size", "forward mode", note="replayed"), "decode_npu_contract": None,
                  "decode_switches": Picture("batch size", "forward mode", note="replayed")},
         coverage=("srt/model_executor/runner/decode_cuda_graph_runner.py",
                   "srt/model_executor/runner/base_cuda_graph_runner.py",
@@ -94,6 +95,14 @@ SUITES: tuple[Suite, ...] = (
                   "srt/compilation/compile.py",
                   "srt/compilation/cuda_piecewise_backend.py",
                   "srt/compilation/compiler_interface.py"),
+    ),
+    Suite(
+        name="real_models",
+        paths=("suites/test_real_models.py",),
+        target="decode.real_model",
+        records={"real_models": Picture("batch size", "forward mode", note="replayed")},
+        coverage=("srt/models/llama.py", "srt/models/qwen2_moe.py", "srt/models/deepseek_v2.py",
+                  "srt/models/qwen2_vl.py", "srt/layers/attention/triton_backend.py"),
     ),
 )
 

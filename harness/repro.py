@@ -20,12 +20,13 @@ import hashlib
 import json
 import random
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from harness import known_findings, registry
 from harness.errors import HarnessError
@@ -47,22 +48,55 @@ def _sizes(text: str) -> list[int]:
 
 
 def _suite_by_words(text: str, default: str) -> str:
-    lowered = text.lower()
+    """The suite the log's words name (outside the launch command), else its launch flags, else `default`."""
+    lowered = without_launch(text).lower()
     if any(w in lowered for w in ("piecewise", "pcg", "prefill", "forward_mode", "extend")):
         return "prefill_pcg"
     if any(w in lowered for w in ("decode_cuda_graph", "cuda_graph_runner", "decode", "patch_model")):
         return "decode_capture"
     if any(w in lowered for w in ("build_torch_compile_kwargs", "get_compile_backend", "get_compile_options")):
         return "compile_kwargs"
-    return default
+    return launch_suite(text) or default
 
 
 def _capture_path(text: str) -> str:
-    """The suite of the capture path the log names: SGLang's wrappers first, then the words around them."""
-    if re.search(r"Piecewise CUDA Graph failed|piecewise|cuda_piecewise_backend|\bPCG\b|prefill_cuda_graph", text,
-                 re.I):
+    """The suite of the capture path the log names: SGLang's wrappers first, then the words around them (outside
+    the launch command), then the launch command's flags."""
+    body = without_launch(text)
+    if re.search(r"Piecewise CUDA Graph failed|Capture prefill CUDA graph failed|piecewise|cuda_piecewise_backend|"
+                 r"\bPCG\b|prefill_cuda_graph", body, re.I):
         return "prefill_pcg"
-    return "decode_capture"
+    if re.search(CAPTURE_GRAPH_FAILED, body, re.I):
+        return "decode_capture"
+    return launch_suite(text) or "decode_capture"
+
+
+# The fullgraph compile of the piecewise prefill path, and decode's torch.compile (`patch_model`), by the frames
+# and wrappers a log shows.
+PREFILL_COMPILE = (r"piecewise|\bPCG\b|tc_piecewise|install_torch_compiled|prefill_cuda_graph|cuda_piecewise_backend|"
+                   r"Capture prefill CUDA graph failed|compilation/backend\.py|compilation/compile\.py")
+DECODE_COMPILE = (r"patch_model|torch_compile_decoration|decode_cuda_graph_runner|\bcuda_graph_runner\.py|"
+                  r"capture_one_batch_size|capture_one_shape|Capture (cuda|npu)? ?graph failed")
+
+
+def _compile_path(text: str) -> str:
+    """The suite of the compile path a Dynamo failure names: piecewise/fullgraph prefill frames -> prefill_pcg,
+    decode's patch_model/torch.compile frames -> decode_capture; else the launch command's flags; else prefill,
+    where SGLang compiles with fullgraph=True (a graph break elsewhere is no error)."""
+    body = without_launch(text)
+    if re.search(PREFILL_COMPILE, body, re.I):
+        return "prefill_pcg"
+    if re.search(DECODE_COMPILE, body, re.I):
+        return "decode_capture"
+    return launch_suite(text) or "prefill_pcg"
+
+
+def _wrong_output_suite(text: str) -> str:
+    """Decode, unless prefill or piecewise words appear (outside the launch command, whose `--chunked-prefill-size`
+    says nothing) or the launch command turns the piecewise graphs on."""
+    if re.search(r"piecewise|\bPCG\b|prefill", without_launch(text), re.I):
+        return "prefill_pcg"
+    return launch_suite(text) or "decode_capture"
 
 
 def _graph_conditions(text: str) -> dict:
@@ -76,6 +110,216 @@ def _graph_conditions(text: str) -> dict:
     return conditions
 
 
+# -- the launch command a user pastes -------------------------------------------------------------------------------
+LAUNCH = re.compile(r"(?:python3?\s+-m\s+sglang\.(?:launch_server|bench_one_batch|bench_offline_throughput)|"
+                    r"\bsglang\s+(?:serve|generate))\b")
+SERVER_ARGS = re.compile(r"server_args=ServerArgs\((.*)\)")
+
+
+def _launch_lines(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each launch command in `text` (continuation lines included) and of each printed ServerArgs."""
+    spans = []
+    for match in LAUNCH.finditer(text):
+        position = match.end()
+        while True:
+            newline = text.find("\n", position)
+            if newline < 0:
+                end = len(text)
+                break
+            if not text[position:newline].rstrip().endswith("\\"):
+                end = newline
+                break
+            position = newline + 1
+        spans.append((match.start(), end))
+    spans += [m.span() for m in SERVER_ARGS.finditer(text)]
+    return spans
+
+
+def without_launch(text: str) -> str:
+    """`text` without its launch commands and printed ServerArgs: their flag names (`--chunked-prefill-size`) are
+    no words about where the failure happened."""
+    for start, end in sorted(_launch_lines(text), reverse=True):
+        text = text[:start] + text[end:]
+    return text
+
+
+def launch_flags(text: str) -> dict[str, list[str]]:
+    """--flag -> its values, from the launch commands (`python -m sglang.launch_server ...`, `sglang serve ...`)
+    and a printed `server_args=ServerArgs(...)` (fields as flags: True -> present, False/None -> absent)."""
+    flags: dict[str, list[str]] = {}
+    for start, end in _launch_lines(text):
+        command = re.sub(r"\\[ \t]*\n", " ", text[start:end])
+        if command.startswith("server_args="):
+            fields = command[len("server_args="):]
+            for name, value in re.findall(r"(\w+)=(\[[^\]]*\]|'[^']*'|\"[^\"]*\"|[^,()]+)", fields):
+                value = value.strip()
+                if value in ("False", "None", "[]", "''"):
+                    continue
+                flag = "--" + name.replace("_", "-")
+                flags.setdefault(flag, [] if value == "True" else re.findall(r"[\w./=:-]+", value))
+            continue
+        try:
+            tokens = shlex.split(command, comments=False)
+        except ValueError:
+            tokens = command.split()
+        flag = None
+        for token in tokens:
+            if token.startswith("--"):
+                flag, _, value = token.partition("=")
+                flags.setdefault(flag, [])
+                if value:
+                    flags[flag].append(value)
+            elif flag is not None:
+                flags[flag].append(token)
+    return flags
+
+
+def launch_suite(text: str) -> Optional[str]:
+    """The suite the launch command's flags point at, or None: the piecewise prefill graphs, else decode's
+    torch.compile."""
+    flags = launch_flags(text)
+    if "--enable-piecewise-cuda-graph" in flags or "tc_piecewise" in flags.get("--cuda-graph-backend-prefill", []):
+        return "prefill_pcg"
+    if "--enable-torch-compile" in flags:
+        return "decode_capture"
+    return None
+
+
+def _number(values: list[str]) -> Optional[int]:
+    return int(values[0]) if values and values[0].isdigit() else None
+
+
+# flag (and its aliases) -> (condition name, values from the flag's values): the names are the drawn values of the
+# suites' cases (DecodeCase, PrefillCase, ForwardMode); whether a suite's strategies narrow by one is read from them.
+LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], Optional[list]]], ...] = (
+    (("--lora-paths", "--enable-lora"), "lora", lambda v: [True]),
+    (("--cuda-graph-max-bs",), "default_max_bs", lambda v: [_number(v)] if _number(v) else None),
+    (("--cuda-graph-bs",), "capture_bs", lambda v: [[int(n) for n in v if n.isdigit()]] if v else None),
+    (("--disable-cuda-graph-padding",), "disable_padding", lambda v: [True]),
+    (("--speculative-algorithm", "--speculative-algo"), "speculative_algorithm", lambda v: v[:1] or None),
+    (("--tp", "--tp-size", "--tensor-parallel-size"), "tp_size", lambda v: [_number(v)] if _number(v) else None),
+    (("--enable-torch-compile",), "enable_torch_compile", lambda v: [True]),
+    (("--torch-compile-max-bs",), "torch_compile_max_bs", lambda v: [_number(v)] if _number(v) else None),
+    (("--chunked-prefill-size",), "chunked_prefill_size", lambda v: [_number(v)] if _number(v) else None),
+    (("--enable-mixed-chunk",), "enable_mixed_chunk", lambda v: [True]),
+)
+# Why a condition no strategy reads cannot narrow the search here, where there is more to say than that.
+UNMODELLED = {
+    "tp_size": "the harness runs one tensor-parallel rank (a world of 1)",
+    "architecture": "the harness's tiny models stand in for every architecture",
+    "chunked_prefill_size": "a bound on a batch's tokens, not a size the prefill strategies draw",
+}
+
+
+def strategy_names(suite: str) -> set[str]:
+    """The drawn names the suite's searched file narrows by: `narrow("name", ...)` in the strategy modules it
+    imports, plus the ones `search` passes as options (personality, decode only)."""
+    names = set(SEARCH_OPTIONS.get(suite, {}))
+    source = REPO_ROOT / registry.get(suite).paths[0]
+    if not source.exists():
+        return names
+    text = source.read_text()
+    modules = set(re.findall(r"^from strategies\.(\w+) import", text, re.M))
+    for imported in re.findall(r"^from strategies import ([\w, ]+?)(?: as \w+)?$", text, re.M):
+        modules |= {name.strip() for name in imported.split(",")}
+    for module in modules:
+        path = REPO_ROOT / "strategies" / f"{module}.py"
+        if path.exists():
+            names |= set(re.findall(r'narrow\(\s*"(\w+)"', path.read_text()))
+    return names
+
+
+SEARCH_OPTIONS = {"decode_capture": {"personality": "--personality"}}  # conditions search hands pytest as options
+
+
+def architecture(text: str) -> Optional[str]:
+    """The model architecture the log names (`architectures=['Qwen2MoeForCausalLM']`, a printed class name)."""
+    found = re.search(r"architectures=\[\s*['\"](\w+)['\"]", text) or re.search(
+        r"\b([A-Z]\w+For(?:CausalLM|ConditionalGeneration))\b", text)
+    return found.group(1) if found else None
+
+
+def launch_conditions(text: str, suite: str, logged: dict) -> tuple[dict, list[str]]:
+    """The conditions the launch command (and the architecture the log names) add for `suite`, beside `logged`
+    (the log's own, which win), and one note per derived value: narrows the search, or ignored and why."""
+    flags, names = launch_flags(text), strategy_names(suite)
+    derived, notes = {}, []
+
+    def offer(name: str, values: list, source: str, why: Optional[str] = None) -> None:
+        if name in logged:
+            notes.append(f"{source} -> {name}={values}: ignored, the log itself names {name}={logged[name]}")
+        elif why is None and name in names:
+            derived[name] = values
+            notes.append(f"{source} -> {name}={values}: narrows the search")
+        else:
+            why = why or UNMODELLED.get(name) or f"no strategy of suite {suite} narrows by {name!r}"
+            notes.append(f"{source} -> {name}={values}: ignored, {why}")
+
+    if "--enable-piecewise-cuda-graph" in flags:
+        notes.append(f"--enable-piecewise-cuda-graph -> the piecewise prefill graphs (suite prefill_pcg; "
+                     f"searching {suite})")
+    used = set()
+    for aliases, name, convert in LAUNCH_CONDITIONS:
+        flag = next((a for a in aliases if a in flags), None)
+        if flag is None:
+            continue
+        used.add(flag)
+        values = convert(flags[flag])
+        if values is None:
+            notes.append(f"{flag} {' '.join(flags[flag])}: ignored, not a value the harness can read")
+            continue
+        offer(name, values, f"{flag} {' '.join(flags[flag])}".strip())
+        if name == "enable_mixed_chunk":
+            offer("forward_mode", ["MIXED"], flag,
+                  None if suite == "prefill_pcg" else "mixed chunks are prefill batches; the decode graphs never "
+                  "see one")
+        if name == "speculative_algorithm":
+            offer("forward_mode", ["TARGET_VERIFY"], flag,
+                  "the prefill runner refuses TARGET_VERIFY batches (they run eagerly); the verify graphs are the "
+                  "decode suite's" if suite == "prefill_pcg" else None)
+    arch = architecture(text)
+    if arch:
+        offer("architecture", [arch], f"architecture {arch}")
+    other = sorted(set(flags) - used - {"--enable-piecewise-cuda-graph"})
+    if other:
+        notes.append(f"other flags, ignored (no bearing on the capture and compile paths the suites drive): "
+                     f"{' '.join(other)}")
+    return derived, notes
+
+
+def unread_conditions(suite: str, conditions: dict) -> list[str]:
+    """Notes on the log's own conditions that no strategy of `suite` narrows by (kept: they still decide which
+    known finding matches)."""
+    names = strategy_names(suite)
+    return [f"{name}={values}: from the log; no strategy of suite {suite} narrows by it (it still has to agree with "
+            "a known finding's drawn values)" for name, values in conditions.items() if name not in names]
+
+
+# -- what a graph break's log says ----------------------------------------------------------------------------
+def graph_break_evidence(text: str) -> dict:
+    """The break's reason and site (file:line) as the log gives them: torch's graph-break log ("Graph break in
+    user code at F:N" / "Graph Break Reason: ..."), an Unsupported/UserError line and its "from user code:" frame,
+    or an AssertionError and the last frame before it."""
+    reason = site = None
+    if found := re.search(r"Graph Break Reason: ([^\n]+)", text):
+        reason = found.group(1).strip()
+    elif found := re.search(r"torch\._dynamo\.exc\.(Unsupported|UserError): ([^\n]+)", text):
+        reason = f"{found.group(1)}: {found.group(2).strip()}"
+    elif found := list(re.finditer(r"^[^\n]*?((?:[\w.]+: )?AssertionError\b:?[^\n]*)$", text, re.M)):
+        reason = found[0].group(1).strip().rstrip(":") or "AssertionError"
+    frames = r'File "([^"]+)", line (\d+), in (\w+)'
+    if found := re.search(r"Graph break in user code at (\S+?):(\d+)", text):
+        site = f"{found.group(1)}:{found.group(2)}"
+    elif "from user code:" in text:
+        user = re.findall(frames, text.split("from user code:", 1)[1].split("\n\n", 1)[0])
+        site = f"{user[-1][0]}:{user[-1][1]} in {user[-1][2]}" if user else None
+    if site is None and reason and "AssertionError" in reason:
+        before = text[:text.find("AssertionError")]
+        last = re.findall(frames, before)
+        site = f"{last[-1][0]}:{last[-1][1]} in {last[-1][2]}" if last else None
+    return {"reason": reason or "not stated in the log", "site": site or "not stated in the log"}
+
+
 @dataclasses.dataclass
 class Signature:
     name: str
@@ -84,9 +328,26 @@ class Signature:
     suite: Callable[[str], str]
     conditions: Callable[[str], dict]
     oracles: frozenset = frozenset()  # the oracles whose failure is this signature (a known finding's must be one)
+    evidence: Optional[Callable[[str], dict]] = None  # what the log says beyond the conditions (a break's site)
 
 
-CAPTURE_GRAPH_FAILED = r"Capture (cuda|npu)? ?graph failed|Piecewise CUDA Graph failed with error"
+CAPTURE_GRAPH_FAILED = (r"Capture (cuda|npu)? ?graph failed|Piecewise CUDA Graph failed with error|"
+                        r"Capture prefill CUDA graph failed")
+# An AssertionError raised inside Dynamo's frames: a torch/_dynamo frame in the traceback, then the AssertionError
+# (bare, or wrapped as InternalTorchDynamoError: AssertionError).
+DYNAMO_ASSERT = r'(?ms:File "[^"\n]*torch/_dynamo/[^"\n]*".*?^[^\n]*?(?:[\w.]+: )?AssertionError\b)'
+GRAPH_BREAK = (r"torch\._dynamo\.exc\.(?:Unsupported|UserError)\b|\bGraph break\b|graph_break|" + DYNAMO_ASSERT)
+# What a user writes when the outputs are wrong and nothing crashed (a report with no traceback).
+WRONG_WORDS = "|".join((
+    r"garbled|gibberish|nonsense|incoherent|garbage (outputs?|text|tokens?|results?|characters)",
+    r"repeated [`'\"]?\S*[`'\"]? ?(tokens?|text|words?|output)",  # repeated `!` tokens, repeated text
+    r"(output|generated) (token )?(length|count|tokens?)\b.{0,40}(drift|increas|grow|unstable|chang|abnormal)",
+    r"wrong (answers?|outputs?|results?|tokens?)|(outputs?|answers?|results?) (are|were|is) [\w() ]{0,20}wrong",
+    r"incorrect (answers?|outputs?|results?)",
+    r"accura\w*.{0,40}(drop|degrad|collaps|lower|decreas)|(drop|degrad|collaps|lower|decreas)\w*.{0,30}accura",
+    r"(outputs?|results?|answers?) (differ|are different)|\bNaN\b",
+))
+NO_TRACEBACK = r"(?s:\A(?!.*Traceback \(most recent call last\)).*?(?i:" + WRONG_WORDS + r"))"
 SIGNATURES = [
     Signature("capture-stream-not-set", re.compile(r"capture stream is not set", re.I),
               "a piecewise graph tried to capture outside the capture session (a recompile at serve time)",
@@ -98,6 +359,10 @@ SIGNATURES = [
                          r"set_state_index method during capturing", re.I),
               "CUDA refused an operation while the stream was capturing (a sync, host read or seed query inside "
               "captured code)", _capture_path, _graph_conditions, frozenset({"capture-legality"})),
+    Signature("graph-break", re.compile(GRAPH_BREAK),
+              "Dynamo could not trace the model where SGLang compiles it (a graph break under fullgraph, a Dynamo "
+              "UserError, or an AssertionError inside Dynamo during capture)",
+              _compile_path, _graph_conditions, frozenset({"graph-break"}), evidence=graph_break_evidence),
     Signature("capture-crash",
               re.compile(r"(?s)(" + CAPTURE_GRAPH_FAILED + r").*?\b(AttributeError|TypeError)\b|"
                          r"\b(AttributeError|TypeError)\b.*?(" + CAPTURE_GRAPH_FAILED + r")", re.I),
@@ -108,7 +373,7 @@ SIGNATURES = [
                          r"recompile_limit", re.I),
               "Dynamo recompiled after capture (a guard failed on a runtime value)",
               lambda t: _suite_by_words(t, "prefill_pcg"), _graph_conditions,
-              frozenset({"no-recompile", "capture-stream"})),
+              frozenset({"no-recompile", "capture-stream", "dynamo-contract"})),
     Signature("compile-kwargs-rejected",
               re.compile(r"Either mode or options can be specified|Unexpected optimization option|"
                          r"Invalid backend|Unrecognized mode=", re.I),
@@ -122,9 +387,11 @@ SIGNATURES = [
               "graph capture failed (the compiler the platform installed did not run)",
               _capture_path, _graph_conditions, frozenset({"hook-contract", "rebinding-by-value-import", "crash"})),
     Signature("wrong-output",
-              re.compile(r"Mismatched elements|not close|wrong output|differs from eager|mismatch", re.I),
-              "an output differs from eager execution",
-              lambda t: _suite_by_words(t, "decode_capture"), _graph_conditions, frozenset({"eager-equality"})),
+              re.compile(r"(?i:Mismatched elements|not close|wrong output|differs from eager|mismatch)|"
+                         + NO_TRACEBACK),
+              "an output differs from eager execution (or, with no traceback, the report says the outputs are wrong: "
+              "garbled or repeated text, wrong answers, output length drifting, an accuracy drop, NaN)",
+              _wrong_output_suite, _graph_conditions, frozenset({"eager-equality"})),
 ]
 
 
@@ -166,13 +433,37 @@ def failure_record(text: str) -> dict | None:
     return record
 
 
-def classify(text: str) -> tuple[Signature, str, dict]:
+@dataclasses.dataclass
+class Reading:
+    """What a log says: its signature, the suite to search, the conditions that narrow it, the signature's evidence
+    (a graph break's reason and site) and a note per value derived from the launch command or left unused."""
+    signature: Signature
+    suite: str
+    conditions: dict
+    evidence: dict
+    notes: list
+
+
+def read(text: str) -> Reading:
     for signature in SIGNATURES:
         if signature.pattern.search(text):
-            return signature, signature.suite(text), signature.conditions(text)
-    known = "\n".join(f"  {s.name}: {s.describe} (matches /{s.pattern.pattern}/)" for s in SIGNATURES)
+            suite, conditions = signature.suite(text), signature.conditions(text)
+            derived, notes = launch_conditions(text, suite, conditions)
+            notes += unread_conditions(suite, conditions)
+            return Reading(signature, suite, {**conditions, **derived},
+                           signature.evidence(text) if signature.evidence else {}, notes)
+    known = "\n".join(f"  {s.name}: {s.describe} (matches /{_short(s.pattern.pattern)}/)" for s in SIGNATURES)
     raise HarnessError(f"no known signature in this log. The signatures the harness knows:\n{known}\n"
                        "or pass a failure record (a line of a run's failures.jsonl)")
+
+
+def _short(pattern: str, limit: int = 160) -> str:
+    return pattern if len(pattern) <= limit else pattern[:limit] + "..."
+
+
+def classify(text: str) -> tuple[Signature, str, dict]:
+    reading = read(text)
+    return reading.signature, reading.suite, reading.conditions
 
 
 def _agrees(drawn: dict, conditions: dict) -> bool:
@@ -193,8 +484,11 @@ def known_finding(signature: Signature, suite: str, conditions: dict) -> tuple[d
 def search(suite: str, conditions: dict, budget: float, work: Path) -> dict | None:
     """Run the suite narrowed to `conditions` until a failure or the budget; the first failing record."""
     seed = random.SystemRandom().randrange(2**32)
+    options = [part for name, option in SEARCH_OPTIONS.get(suite, {}).items() if conditions.get(name)
+               for part in (option, str(conditions[name][0]))]
     run_pytest([registry.get(suite).paths[0], "-x", "-q", "--profile", "nightly", "--hypothesis-seed", str(seed),
-                "--report-dir", str(work)], timeout=budget, env={"HARNESS_CONDITIONS": json.dumps(conditions)})
+                "--report-dir", str(work), *options], timeout=budget,
+               env={"HARNESS_CONDITIONS": json.dumps(conditions)})
     for name in ("failures.jsonl", "examples.jsonl"):
         path = work / name
         if path.exists():
@@ -274,9 +568,14 @@ def repro(path: str, budget: float, out: Path) -> int:
         suite = _suite_of(record)
         print(f"[repro] a harness failure record of {record['test']} ({record.get('oracle')}); replaying it")
     else:
-        signature, suite, conditions = classify(text)
-        print(f"[repro] signature {signature.name}: {signature.describe}\n[repro] checking suite {suite}'s known "
-              "findings and pinned regressions first")
+        reading = read(text)
+        signature, suite, conditions = reading.signature, reading.suite, reading.conditions
+        print(f"[repro] signature {signature.name}: {signature.describe}")
+        for name, value in reading.evidence.items():
+            print(f"[repro]   {name}: {value}")
+        for note in reading.notes:
+            print(f"[repro] derived: {note}")
+        print(f"[repro] checking suite {suite}'s known findings and pinned regressions first")
         known = known_finding(signature, suite, conditions)
         if known is not None:
             record, reason = known

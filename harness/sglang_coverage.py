@@ -7,10 +7,18 @@ statements inside it.
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import os
+import subprocess
 from pathlib import Path
+from typing import Optional
 
 from harness.registry import coverage_rows
+
+LINE_TESTS = "line_tests.json"  # beside the data file: file -> line -> the test items that executed it
+LINE_TESTS_FORMAT = 1
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _function_lines(path: Path, name: str) -> set[int] | None:
@@ -18,6 +26,31 @@ def _function_lines(path: Path, name: str) -> set[int] | None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return set(range(node.lineno, node.end_lineno + 1))
     return None
+
+
+def harness_commit() -> Optional[str]:
+    """The harness checkout's commit (None outside git): a line map from another commit may map other tests."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def package_version(sglang_dir: Path) -> str:
+    """The release of the `sglang` package at `sglang_dir` (from the dist-info beside it; "source tree" if none)."""
+    found = sorted(Path(sglang_dir).parent.glob("sglang-*.dist-info"))
+    return found[0].name.removeprefix("sglang-").removesuffix(".dist-info") if found else "source tree"
+
+
+def targets_digest(sglang_dir: Path) -> str:
+    """A digest of the targeted files' text: a line map of other text maps other lines."""
+    digest = hashlib.sha256()
+    for relative in sorted({t.split("::")[0] for _, _, targets in coverage_rows().values() for t in targets}):
+        path = Path(sglang_dir) / relative
+        digest.update(relative.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
+    return digest.hexdigest()[:16]
 
 
 class SGLangCoverage:
@@ -34,8 +67,14 @@ class SGLangCoverage:
         self.cov = coverage.Coverage(data_file=str(self.data_file), data_suffix=True, include=self.include,
                                      config_file=False)
 
+        self.durations: dict[str, float] = {}  # nodeid -> seconds (setup + call + teardown), in the controller
+
     def start(self) -> None:
         self.cov.start()
+
+    def switch(self, nodeid: str) -> None:
+        """Attribute what runs from now on to test item `nodeid` ('': outside any item, e.g. collection)."""
+        self.cov.switch_context(nodeid)
 
     def stop(self) -> None:
         self.cov.stop()
@@ -71,3 +110,28 @@ class SGLangCoverage:
                 records.append({"suite": suite, "statements": statements_total, "covered": covered_total,
                                 "percent": 100.0 * covered_total / max(1, statements_total), "files": per_file})
         return records
+
+    def write_line_tests(self, run_id: str) -> Path:
+        """After `results()`: LINE_TESTS beside the combined data, so `mutate` can run only the items that execute
+        a mutated line, fastest first. A line executed outside every item (at import) maps to []."""
+        import coverage
+
+        data = coverage.CoverageData(basename=str(self.data_file))
+        data.read()
+        root = self.root.resolve()
+        files = {}
+        for measured in sorted(data.measured_files()):
+            try:
+                relative = Path(measured).resolve().relative_to(root).as_posix()
+            except ValueError:
+                continue
+            by_line = data.contexts_by_lineno(measured)
+            files[relative] = {str(line): sorted(c for c in contexts if c)
+                               for line, contexts in sorted(by_line.items())}
+        path = self.data_file.parent / LINE_TESTS
+        path.write_text(json.dumps({
+            "format": LINE_TESTS_FORMAT, "run_id": run_id, "sglang": package_version(self.root),
+            "sglang_path": str(self.root), "targets_digest": targets_digest(self.root),
+            "harness_commit": harness_commit(), "durations": {k: round(v, 3) for k, v in self.durations.items()},
+            "files": files}))
+        return path

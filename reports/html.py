@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from harness import registry
-from reports.summary import VERDICTS, load, ran_suites_coverage
+from reports.summary import VERDICTS, expected_by_rule, load, ran_suites_coverage
 
 def _points(picture, row: dict, x_key: str, y_key: str) -> list[tuple[str, str]]:
     """The cells one example lands in: its drawn (x, y), or each (y, x) pair it noted under `picture.note`."""
@@ -129,6 +129,19 @@ def mutants_section(rows: list[dict]) -> str:
     return "".join(out)
 
 
+def expected_table(examples: list[dict]) -> str:
+    """Expected errors per suite and rule, with the share of the suite's examples each rule took."""
+    by_rule = expected_by_rule(examples)
+    if not by_rule:
+        return ""
+    totals = collections.Counter(row["suite"] for row in examples)
+    rows = [f"<tr><td class='l'>{html.escape(suite)}</td><td class='l'>{html.escape(rule)}</td><td>{n}</td>"
+            f"<td>{100 * n / totals[suite]:.1f}%</td></tr>"
+            for suite, rules in sorted(by_rule.items()) for rule, n in sorted(rules.items())]
+    return ("<h2>Expected errors by rule</h2><table><tr><th>suite</th><th>rule</th><th>examples</th>"
+            "<th>share of the suite's examples</th></tr>" + "".join(rows) + "</table>")
+
+
 def render(report_dir: Path, run_id: str) -> Path | None:
     examples = load(report_dir, "examples", run_id)
     failures = load(report_dir, "failures", run_id)
@@ -160,6 +173,7 @@ def render(report_dir: Path, run_id: str) -> Path | None:
                    + "".join(f"<td>{counts[v]}</td>" for v in VERDICTS)
                    + f"<td>{sum(r.get('seconds', 0) for r in rows):.1f}</td><td class='l'>{html.escape(cov_text)}</td></tr>")
     out.append("</table>")
+    out.append(expected_table(examples))
     for suite, rows in sorted(by_suite.items()):
         out.append(f"<h2>What {html.escape(suite)} explored</h2><div class='pic'>{picture(suite, rows)}</div>")
     out.append(mutants_section(load(report_dir, "mutants")))

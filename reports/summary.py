@@ -39,6 +39,28 @@ def ran_suites_coverage(coverage: list[dict], examples: list[dict]) -> list[dict
     return [row for row in coverage if shown(row)]
 
 
+def expected_by_rule(examples: list[dict]) -> dict[str, collections.Counter]:
+    """Per suite, its expected errors counted by the rule that predicted each (`expected_rule`; a record written
+    before rules were required counts under "(no rule)")."""
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for row in examples:
+        if row.get("verdict") == "expected-error":
+            counts[row["suite"]][row.get("expected_rule") or "(no rule)"] += 1
+    return counts
+
+
+def expected_lines(examples: list[dict]) -> list[str]:
+    """One line per suite with expected errors: how many, their share of the suite's examples, and per rule."""
+    totals = collections.Counter(row["suite"] for row in examples)
+    lines = []
+    for suite, rules in sorted(expected_by_rule(examples).items()):
+        count = sum(rules.values())
+        lines.append(f"expected errors of {suite}: {count} of {totals[suite]} examples "
+                     f"({100 * count / totals[suite]:.1f}%): "
+                     + ", ".join(f"{rule} {n}" for rule, n in sorted(rules.items(), key=lambda kv: (-kv[1], kv[0]))))
+    return lines
+
+
 def summarise(report_dir: Path, run_id: str) -> str:
     examples = load(report_dir, "examples", run_id)
     failures = load(report_dir, "failures", run_id)
@@ -58,6 +80,7 @@ def summarise(report_dir: Path, run_id: str) -> str:
         counts = by_suite[suite]
         lines.append(f"{suite:<22}{sum(counts.values()):>9}" + "".join(f"{counts[v]:>16}" for v in VERDICTS)
                      + f"{seconds[suite]:>10.1f}")
+    lines += expected_lines(examples)
     for row in coverage:
         lines.append(f"coverage of SGLang's {row['suite']} code: {row['percent']:.1f}% "
                      f"({row['covered']}/{row['statements']} statements) "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from harness.conditions import narrow
 from harness.models.decode_model import LORA_SCALES
 from harness.targets.decode import DecodeBatch, DecodeCase, SpecSettings
 
@@ -27,27 +28,33 @@ def at_edges(sizes: list[int]) -> st.SearchStrategy[int]:
 @st.composite
 def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None, compile_backend: str = "eager",
                  compile_every_size: bool = False, speculative: bool | None = False,
-                 disable_padding: bool = False) -> DecodeCase:
+                 disable_padding: bool = False, many_compiled_sizes: bool = False) -> DecodeCase:
     """`compile_every_size`: `torch_compile_max_bs` above every size, so each captured size is compiled;
     `speculative`: an EAGLE target worker's case (TARGET_VERIFY graphs, `spec_settings`); None: drawn;
-    `disable_padding`: --disable-cuda-graph-padding."""
+    `disable_padding`: --disable-cuda-graph-padding; `many_compiled_sizes`: `long_compile_case`."""
+    if many_compiled_sizes:
+        return draw(long_compile_case(compile_backend))
     capture_bs = draw(st.lists(st.integers(1, MAX_CAPTURE_BS), min_size=1, max_size=4, unique=True).map(sorted))
     # The pool: often above the list (no change), sometimes below it (SGLang appends it and drops larger sizes),
     # and at a captured size or one below it, the edges of SGLang's `<=` comparisons.
     pool = draw(st.one_of(st.integers(max(capture_bs), MAX_CAPTURE_BS + 4), at_edges(capture_bs),
                           st.integers(1, MAX_CAPTURE_BS)))
-    enable_compile = draw(st.booleans()) if compile is None else compile
+    # narrow(...): a reported launch command's flags (repro's conditions) pin the value; otherwise unchanged
+    enable_compile = draw(narrow("enable_torch_compile", st.booleans(), domain=[True, False])) \
+        if compile is None else compile
     # The compile limit: anywhere, or at a captured size or one below it (an off-by-one there compiles one size
     # more or less).
-    max_bs = draw(st.one_of(at_edges(capture_bs), st.integers(0, MAX_CAPTURE_BS))) \
+    max_bs = draw(narrow("torch_compile_max_bs", st.one_of(at_edges(capture_bs),
+                                                           st.integers(0, MAX_CAPTURE_BS)))) \
         if enable_compile and not compile_every_size else 32
     # LoRA and its two-graph variant are drawn more often than a fair coin would (Hypothesis starts from the
     # simplest values, so a gate budget of tens of examples would otherwise rarely reach them).
-    with_lora = draw(st.sampled_from([True, True, False])) if lora is None else lora
+    with_lora = draw(narrow("lora", st.sampled_from([True, True, False]), domain=[True, False])) \
+        if lora is None else lora
     nolora_graph = draw(st.sampled_from([True, False])) if with_lora else False
     # The capture list sometimes left to SGLang's default for a drawn --cuda-graph-max-bs (1 and the small sizes
     # where its generator's steps change, up to 16).
-    default_max_bs = draw(st.one_of(st.none(), st.none(), st.integers(1, 16)))
+    default_max_bs = draw(narrow("default_max_bs", st.one_of(st.none(), st.none(), st.integers(1, 16))))
     return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=pool,
                       disable_padding=disable_padding, default_max_bs=default_max_bs,
                       enable_torch_compile=enable_compile,
@@ -55,6 +62,22 @@ def decode_cases(draw, *, compile: bool | None = None, lora: bool | None = None,
                       compile_backend=compile_backend,
                       spec=draw(spec_settings()) if (draw(st.booleans()) if speculative is None else speculative)
                       else None)
+
+
+DYNAMO_DEFAULT_RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit out of the box
+
+
+@st.composite
+def long_compile_case(draw, compile_backend: str = "eager") -> DecodeCase:
+    """More compiled sizes than Dynamo's default per-frame recompile limit: 9 to 12 captured sizes out of 1..16,
+    all compiled (the pool at or above the largest, `torch_compile_max_bs` from the largest up), no LoRA; decode
+    compiles one specialisation per size (dynamic=False), so only SGLang raising the limit compiles them all."""
+    top = MAX_CAPTURE_BS + 4
+    capture_bs = draw(st.lists(st.integers(1, top), min_size=DYNAMO_DEFAULT_RECOMPILE_LIMIT + 1, max_size=12,
+                               unique=True).map(sorted))
+    return DecodeCase(capture_bs=tuple(capture_bs), max_running_requests=draw(st.integers(capture_bs[-1], top + 4)),
+                      enable_torch_compile=True, torch_compile_max_bs=draw(st.integers(capture_bs[-1], 32)),
+                      compile_backend=compile_backend)
 
 
 def replay_sizes(capture_bs: list[int]) -> st.SearchStrategy[int]:

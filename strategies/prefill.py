@@ -42,6 +42,12 @@ def compilers(inductor: bool = False) -> st.SearchStrategy[str]:
     return st.sampled_from(("eager", "inductor") if inductor else ("eager",))
 
 
+def compile_sizes(grid: tuple[int, ...], *, none: bool = True) -> st.SearchStrategy[tuple[int, ...]]:
+    """Token counts the pieces get a specialised Inductor compile for: one captured count, or (`none`) no count
+    (each size costs one more compile per piece)."""
+    return st.sampled_from((((),) if none else ()) + tuple((size,) for size in sorted(set(grid))))
+
+
 def cases(backend: str = "tc_piecewise", *, grids=None, inductor: bool = False) -> st.SearchStrategy[PrefillCase]:
     return st.builds(PrefillCase, backend=st.just(backend), capture_tokens=grids or capture_grids(),
                      compiler=compilers(inductor), max_requests=st.just(MAX_REQUESTS),

@@ -3,6 +3,8 @@ build the torch.compile kwargs, check the hook contract, then compile a real mod
 eager (known bug class 3, SGLang PR #36249)."""
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from hypothesis import example as explicit, given, strategies as st
 
@@ -63,6 +65,26 @@ def test_compile_kwargs(case: CompileCase, compile_path, compile_outcomes):
     check_case(case, compile_path, compile_outcomes)
 
 
+def platform_refusal(case: CompileCase) -> tuple[str, str] | None:
+    """(rule, reason) when the out-of-tree platform's own hook values cannot compile, from the case alone (None:
+    they can). torch.compile looks a string backend up among its registered names, and hands a backend other than
+    inductor its non-empty options as the keyword `options` (`torch._TorchCompileWrapper`)."""
+    if case.platform != "oot":
+        return None
+    from torch._dynamo import list_backends
+    from torch._dynamo.backends.registry import lookup_backend
+
+    name = getattr(case.backend, "__name__", case.backend)
+    if isinstance(case.backend, str) and case.backend not in list_backends(exclude_tags=()) + ["inductor"]:
+        return "platform-unknown-backend", f"the platform's backend {name!r} is no registered torch.compile backend"
+    if case.options and case.backend != "inductor":
+        params = inspect.signature(lookup_backend(case.backend)).parameters.values()
+        if not any(p.name == "options" or p.kind is p.VAR_KEYWORD for p in params):
+            return ("platform-backend-takes-no-options", f"torch.compile hands the platform's backend {name} its "
+                    "options as keyword `options`, which it does not take")
+    return None
+
+
 def replay_case(drawn: dict) -> None:
     """One recorded example, without Hypothesis or pytest: what repro scripts and pinned regressions call."""
     check_case(CompileCase.from_drawn(drawn), target.load(), CompileOutcomes())
@@ -70,6 +92,7 @@ def replay_case(drawn: dict) -> None:
 
 def check_case(case: CompileCase, compile_path, compile_outcomes) -> None:
     """One example: SGLang builds the kwargs under the case's platform; the contract and the compile are checked."""
+    rule = platform_refusal(case)  # from the case, before SGLang builds anything
     with example("compile_kwargs", **case.drawn()) as ex:
         hooks, module, mode = HookRecorder(), case.module.build(), effective_mode(case)
         with target.platform_scope(compile_path, case.platform, backend=case.backend, options=case.options,
@@ -80,7 +103,10 @@ def check_case(case: CompileCase, compile_path, compile_outcomes) -> None:
         compile_contract.check(case.platform, mode=mode, module=module if case.pass_module else None,
                                backend=case.backend, options=case.options, kwargs=kwargs, hooks=hooks)
         own = {"backend": case.backend, "options": case.options} if case.platform == "oot" else None
+        refused = None
         try:
             check_compiles(kwargs, case.module, platform_values=own, cache=compile_outcomes)
         except PlatformError as error:
-            ex.expected_error(str(error))
+            refused = str(error)
+        ex.audit_refusal(rule, refused=refused, oracle="compiles", what="the platform's own compile settings",
+                         backend=getattr(case.backend, "__name__", case.backend), options=case.options)

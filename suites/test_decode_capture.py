@@ -13,7 +13,9 @@ from hypothesis import given, strategies as st
 from harness.counter import counter
 from harness.devices import get_device
 from harness.errors import PathMissing
-from harness.oracles import OracleFailure
+from harness.models import capture_queries
+from harness.oracles import OracleFailure, capture_context
+from harness.oracles import dynamo_evidence
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
@@ -22,9 +24,10 @@ from harness.oracles.replay_log import check_replay_log, replay_log
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.oracles.decode_replay import check_compiled_forwards_match_eager, check_replays_match_eager
-from harness.oracles.patch_contract import check_patch_model_contract
+from harness.oracles.patch_contract import check_patch_model_contract, expected_sizes
 from harness.targets import decode
 from harness.versions import sglang_version
+from harness.targets.decode import overlap
 from harness.targets.decode.planned import KINDS, PlannedReplays
 from harness.targets.decode.switches import RunnerSwitches
 from strategies.capture import compile_probe_batch, decode_cases, replay_batches
@@ -79,9 +82,13 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
     mode = capture_mode_for(case)
     device.reset()
     decode.fresh_dynamo_when_compiler_changes(case, personality)
-    with device.capture_mode(mode), RecompileWatcher("decode forward") as watcher:
+    with device.capture_mode(mode), RecompileWatcher("decode forward") as watcher, \
+            capture_queries.recording() as answers:
+        budget = dynamo_evidence.BudgetWatcher()  # Dynamo's recompile limits vs the sizes compiled
         mark = counter.mark()
         target = layout.make_target(case, personality=personality, device=device.torch_device, hooks=hooks)
+        budget.note_limits()
+        capture_queries.serving()
         captured = counter.since(mark)["num_graphs_captured"] if device.counts_graphs else None
         if layout.note:
             ex.note("layout", layout.note)
@@ -89,6 +96,7 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
             ex.note("dropped_options", f"{target.dropped_options}: SGLang {layout.name} has no such option; "
                                        "the case ran without it")
         check_compiled_forwards_match_eager(target, compile_probe_batch, exact=case.compile_backend == "eager")
+        ex.note("dynamo_budget", budget.check(expected_sizes(target.case)[1]))
         watcher.arm()
         ex.note("capture_bs", target.capture_bs)
         ex.note("compile_bs", target.compile_bs)
@@ -110,6 +118,8 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
             ex.note("kinds_taken", replays.taken)
             target.kinds_taken = replays.taken
         watcher.check("a replay compiled a frame")
+    ex.note("capture_context", capture_context.check(answers, capture_mode_promised=True,
+                                                     what=f"decode runner ({personality})"))
     return target
 
 
@@ -215,6 +225,38 @@ def test_mrope_replay_matches_eager(case, data, device, personality, layout):
                      kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))
 
 
+@pytest.mark.parametrize("reads", overlap.READ_ENDS)
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=decode_cases(speculative=None), data=st.data())
+def test_overlap_war_barrier_orders_shared_writes(reads, case, data, device, personality, layout):
+    """The overlap scheduler's order (`targets/decode/overlap.py`): each batch staged into a scheduler-shared table
+    on the schedule stream, replayed on the forward stream, then SGLang's `_apply_war_barrier` before the next
+    staging write; the attention double declares where its reads of the table end (each SharedReadEnds).
+    stream-order judges the read-done events; the publication is derived from the declaration: an event per replay
+    for PRE/IN/POST (IN resolves to POST off CUDA: no in-graph marker event), none for UNKNOWN (wait_stream)."""
+    missing = overlap.missing()
+    if missing:
+        pytest.skip(missing)
+    if personality != "cuda" or not device.counts_graphs:
+        pytest.skip("the overlap WAR barrier is driven on the virtual device's streams, CUDA personality")
+    case = dataclasses.replace(case, shared_reads=reads)
+    loops = []
+
+    def in_overlap_order(target, replay):
+        loops.append(overlap.OverlapLoop(target))
+        return loops[-1].wrap(replay)
+
+    with example("decode_overlap", personality=personality, **case.drawn()) as ex:
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, checked=in_overlap_order)
+        published = loops[0].published
+        expected = ["none" if reads == "UNKNOWN" else "event"] * len(published)
+        ex.note("read_done", published)
+        if published != expected:
+            raise OracleFailure("stream-order", f"the runner published read-done events {published} over "
+                                f"{len(published)} replays; a backend declaring {reads} implies {expected}",
+                                shared_reads=reads)
+
+
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------
 def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layout):
     """A pre-planned DFLASH verify batch through the NPU runner replays as eager computes it. Finding on 0.5.23,
@@ -239,6 +281,16 @@ def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layo
             pytest.xfail(f"finding on SGLang {sglang_version()}: NPUGraphRunner.execute's pre-planned DFLASH "
                          f"branch: {error}")
         assert_matches_eager(output.next_token_logits, target.eager(batch).next_token_logits, exact=True)
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=decode_cases(compile=True, many_compiled_sizes=True), data=st.data())
+def test_more_compiled_sizes_than_dynamos_default_limit(case, data, device, personality, layout):
+    """9 to 12 compiled sizes, past Dynamo's default per-frame recompile_limit (8): SGLang's
+    set_torch_compile_config must raise the limit, so every size compiles and replays its own specialisation
+    (dynamo-contract: the limit in force, no limit hit), eager compile backend."""
+    with example("decode_capture", personality=personality, **case.drawn()) as ex:
+        capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
 
 
 @suite_settings(gate_examples=1, shrink_in_gate=False)

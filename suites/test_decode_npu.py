@@ -99,3 +99,21 @@ def test_npu_mrope_planned_under_overlap_plan_stream(case, data, device, persona
         skip_without_speculative(layout, personality)
         run_switched(case, drawn_batches(data, case), device, personality, layout, ex, lambda *_: None,
                      kinds=drawn_kinds(data, PLANNED_AHEAD_THEN_STALE_MARK))
+
+
+def test_npu_standin_matches_the_real_torch_npu():
+    """The stand-in this suite runs SGLang's NPU runner on, against the real torch_npu wheel's Python sources
+    (`personalities/npu_contract.py`: signatures of the graph API, every torch.npu/torch_npu name SGLang's NPU
+    capture path uses); no wheel to be had (no registry): a skip saying so."""
+    from harness.personalities import npu_contract
+
+    with example("decode_npu_contract") as ex:
+        try:
+            real = npu_contract.RealTorchNpu(npu_contract.fetch_wheel())
+        except npu_contract.WheelUnavailable as error:
+            pytest.skip(f"{error}; the npu-standin-contract check did not run")
+        contract = npu_contract.check(real)
+        ex.note("torch_npu", contract.version)
+        ex.note("compared", {"signatures": len(contract.signatures), "sglang_uses": len(contract.uses),
+                             "provided": len(contract.provided)})
+        ex.note("unchecked", contract.unchecked[:20])

@@ -20,11 +20,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from harness.devices import get_device
 from harness.errors import PathMissing
 from harness.oracles import OracleFailure
+from harness.oracles import dynamo_evidence
 from harness.oracles.process_state import check_at_rest
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets import prefill
 from harness.targets.prefill import Batch, PrefillCase, Request, admission
+from harness.targets.prefill.base import body_forward
 from harness.targets.prefill.session import GRAPH_MODES, PrefillSession, one_trace_gap
 from harness.versions import sglang_version
 from strategies import prefill as draw
@@ -89,17 +91,40 @@ def run_example(ex, session: PrefillSession, batch: Batch, *, reuse_history: boo
         ex.note("tc_piecewise", session.layout.note)
         if session.one_trace_gap:
             ex.note("one_trace", session.one_trace_gap)
+        check_dynamo_contract(ex, session)
     session.check_capture(one_trace=one_trace)
+    rule = admission.expected_refusal(session.case, batch)  # from the case, before SGLang sees the batch
     outcome = session.step(batch, ex, reuse_history=reuse_history)
     mode = batch.forward_mode.name
     if outcome.path == "sglang-error":
         reason = refusal(outcome.error)
         if mode in GRAPH_MODES or reason is None:
             raise outcome.error
-        ex.expected_error(f"forward_mode={mode}: {reason}")
-    elif outcome.path == "eager" and mode not in GRAPH_MODES:
+    ex.audit_refusal(rule, refused=f"forward_mode={mode}: {reason}" if outcome.path == "sglang-error" else None,
+                     oracle="admission", what=f"a {mode} batch", forward_mode=mode, path=outcome.path)
+    if outcome.path == "eager" and mode not in GRAPH_MODES:
         ex.note("refused", f"forward_mode={mode}: the runner has no graph for it; SGLang's eager runner ran it")
     return outcome
+
+
+def check_dynamo_contract(ex, session: PrefillSession) -> None:
+    """The compiled body's first trace has symbols on the axes SGLang promises dynamic (the ForwardBatch fields
+    from 0.5.19, where SGLang marks them), none marked strictly. Its trace count is recorded; one trace for every
+    size stays `check_capture`'s clause (no-recompile), so the findings keep their verdicts."""
+    checked = dynamo_evidence.check_symbolic_axes(
+        session.compile_traces.traces, what=f"the {session.case.body} body", sizes=session.expected_sizes,
+        one_trace=False, forward_batch_fields=not session.one_trace_gap)
+    ex.note("dynamo_contract", checked)
+
+
+def compiled_session(case: PrefillCase) -> PrefillSession:
+    """`PrefillSession.get(case)`; SGLang refusing to compile a body whose forward annotates tensor arguments
+    (objects or strings) is the dynamo-contract verdict, not an expected error."""
+    try:
+        return PrefillSession.get(case)
+    except ValueError as error:
+        dynamo_evidence.check_annotations_accepted(body_forward(case), error, what=f"the {case.body} body")
+        raise
 
 
 # -- the torch.compile piecewise path --------------------------------------------------------------------------
@@ -173,6 +198,23 @@ def test_piecewise_inductor_pieces(data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@suite_settings(gate_examples=1, shrink_in_gate=False)  # two sessions, 6 to 12 Inductor compiles (kernels cached)
+@given(data=st.data())
+def test_piecewise_inductor_cache_and_compile_sizes(data):
+    """SGLang's InductorAdaptor for real: a first session compiles the pieces (and, drawn, a specialised compile per
+    size) into a fresh SGLang cache folder, a second loads each back from SGLang's cache file; both replay the batch
+    (`harness/targets/prefill/inductor.py`: adaptor compiles, post-grad pass, cache handles, loaded == fresh)."""
+    from harness.targets.prefill.inductor import run_and_check
+
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=(4, 8), compiler="inductor")
+    sizes = data.draw(draw.compile_sizes(case.capture_tokens, none=False), label="compile_sizes")
+    batch = data.draw(draw.graph_bound_batches(case.capture_tokens), label="batch")
+    with example("prefill_pcg", capture_tokens=case.capture_tokens, compiler=case.compiler, backend=case.backend,
+                 compile_sizes=sizes, **draw.describe(batch)) as ex:
+        ex.note("tc_piecewise", _layout().note)
+        run_and_check(case, sizes, batch, ex)
+
+
 @suite_settings(gate_examples=4, shrink_in_gate=False)
 @given(data=st.data())
 def test_pipeline_stage_body(data):
@@ -184,6 +226,19 @@ def test_pipeline_stage_body(data):
     with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, body=case.body,
                  **draw.describe(batch)) as ex:
         run_example(ex, PrefillSession.get(case), batch)
+
+
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(data=st.data())
+def test_string_annotated_body(data):
+    """A body whose forward spells its annotations as strings ('torch.Tensor', as files with `from __future__
+    import annotations` do; the deepstack body): SGLang must infer the same dynamic dimensions from them and serve
+    it (a refusal is a failure); text batches only (its deepstack warm-up is test_findings_deepstack_warmup_skipped)."""
+    case = PrefillCase(backend="tc_piecewise", capture_tokens=GRID, body="deepstack")
+    batch = data.draw(draw.graph_bound_batches(GRID), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, body=case.body,
+                 **draw.describe(batch)) as ex:
+        run_example(ex, compiled_session(case), batch)
 
 
 @pytest.mark.parametrize("backend", prefill.BACKENDS)
@@ -321,7 +376,7 @@ def test_refused_at_construction(case):
     gap = gap or (layout.backend_gap(case.backend, PrefillSession.device) if case.body == "blocks" else None)
     if gap:
         pytest.skip(gap)
-    expected = admission.refused_at_construction(case)
+    rule = admission.expected_refusal(case)  # from the case, before SGLang builds anything
     with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=case.max_context_size,
                  fixed_context_metadata=case.fixed_context_metadata, body=case.body,
                  enable_mixed_chunk=case.enable_mixed_chunk) as ex:
@@ -331,10 +386,13 @@ def test_refused_at_construction(case):
             if case.body == "blocks" and "without layers" not in str(error):
                 raise OracleFailure("admission", f"SGLang refused a body without `layers` without saying so: "
                                     f"{str(error)[:300]}", **_context_details(case)) from error
-            ex.expected_error(f"{expected}: SGLang refused it ({str(error)[:160]})")
+            ex.audit_refusal(rule, refused=str(error), oracle="admission", what="building the runner",
+                             **_context_details(case))
             return
         PrefillSession.close_current()
-        raise OracleFailure("admission", f"SGLang built the runner although {expected}", **_context_details(case))
+        if rule is not None:
+            raise OracleFailure("admission", f"SGLang built the runner although {rule.reason}",
+                                expected_rule=rule.name, **_context_details(case))
 
 
 def _context_details(case: PrefillCase) -> dict:
@@ -352,6 +410,7 @@ def test_execute_refuses_hidden_mode_above_capture(mode):
         pytest.skip(gap)
     session = PrefillSession.get(PrefillCase(backend="full", capture_tokens=GRID))
     batch = Batch((Request(1, (3, 5)),), _mode("EXTEND"), _mode("EXTEND"), capture_hidden_mode=mode)
+    rule = admission.execute_refusal(batch)
     with example("prefill_pcg", capture_tokens=GRID, backend="full", **draw.describe(batch)) as ex:
         try:
             session.target.execute(batch)
@@ -359,7 +418,8 @@ def test_execute_refuses_hidden_mode_above_capture(mode):
             if "capture mode (NULL)" not in str(error):
                 raise OracleFailure("admission", f"execute refused a {mode} batch without naming the capture's "
                                     f"mode NULL: {error}", capture_hidden_mode=mode) from error
-            ex.expected_error(f"execute refused capture_hidden_mode={mode} on a NULL capture: {error}")
+            ex.audit_refusal(rule, refused=f"execute: {error}", oracle="admission",
+                             what=f"execute of a capture_hidden_mode={mode} batch", capture_hidden_mode=mode)
             return
         finally:
             PrefillSession.close_current()  # a replay past the guard would leave its static state spoiled

@@ -104,8 +104,8 @@ MUTANTS = {
     "npu_v4_graph_updated": (
         NPU_REPLAY, [(NPU_RUNNER, "            or is_deepseek_v4(self.model_runner.model_config.hf_config)\n", "")],
         "npu-graph-update", ["expected graph updates []"]),
-    "npu_device_lens_without_draft_tokens": (
-        NPU_REPLAY, [(NPU_RUNNER, "forward_batch.seq_lens.cpu() + self.captured_req_width", "forward_batch.seq_lens.cpu()")],
+    "npu_device_lens_without_draft_tokens": (  # the fixed EAGLE example: drawn batches need not hit the fallback
+        f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[EAGLE]", [(NPU_RUNNER, "forward_batch.seq_lens.cpu() + self.captured_req_width", "forward_batch.seq_lens.cpu()")],
         "npu-graph-update", ["TARGET_VERIFY batch", "host mirror: False"]),
     "npu_device_lens_decode_adds_draft_width": (  # the verify fallback's arithmetic copied into the DECODE one
         NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",

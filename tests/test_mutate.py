@@ -1,7 +1,11 @@
 """`python -m harness mutate`: its mutants (each operator, never in docstrings, logging calls or annotations,
 the same for a seed), its targets (the registry's coverage list), its verdicts on real SGLang (a mutant of
 `build_torch_compile_kwargs` killed by the kwargs oracle, a run past its time judged timed out), unreached from the
-campaign's coverage data without a run, a rerun skipping what is judged, and bad input (exit 2, a clear message)."""
+campaign's coverage data without a run, a rerun skipping what is judged, and bad input (exit 2, a clear message).
+The fast mode: the campaign's per-item line map (built across workers, read back, stale when the targeted text
+changes), a mutant no item reaches judged unreached without a run, the items reaching a line run fastest first;
+`--edits`: bad input exit 2 with the message, and the reverse of known bug 2's fix caught by one test item; a warm
+worker judging a killing mutant, then a clean copy, with nothing of the first run leaking into the second."""
 from __future__ import annotations
 
 import ast
@@ -152,3 +156,205 @@ def test_bad_input_is_a_clear_message_and_exit_2(args, message, tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- the fast mode: the campaign's line map ---------------------------------------------------------------------
+FAKE_TARGET = '''def pick(flag):
+    if flag:
+        return 1
+    return 2
+'''
+
+
+def _fake_sglang(tmp_path: Path) -> Path:
+    """A package at one targeted path holding FAKE_TARGET (lines 1-4), with a release's dist-info beside it."""
+    package = tmp_path / "site" / "sglang"
+    (package / KWARGS_FILE).parent.mkdir(parents=True)
+    (package / KWARGS_FILE).write_text(FAKE_TARGET)
+    (tmp_path / "site" / "sglang-0.5.23.dist-info").mkdir()
+    return package
+
+
+def test_the_line_map_names_the_items_of_each_line_across_workers_and_goes_stale_with_the_text(tmp_path):
+    import importlib.util
+
+    from harness.mutate import reach
+    from harness.pytest_plugin import ItemDurations
+    from harness.sglang_coverage import LINE_TESTS, SGLangCoverage
+
+    package, report = _fake_sglang(tmp_path), tmp_path / "report"
+    report.mkdir()
+    for worker, (nodeid, flag) in enumerate([("t.py::test_true", True), ("t.py::test_false", False)]):
+        measuring = SGLangCoverage(str(package), report)  # one per xdist worker, each its own data file
+        measuring.start()
+        spec = importlib.util.spec_from_file_location(f"fake_target_{worker}", package / KWARGS_FILE)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # outside any item: the def line maps to no item
+        measuring.switch(nodeid)
+        module.pick(flag)
+        measuring.switch("")
+        measuring.stop()
+    controller = SGLangCoverage(str(package), report)
+    durations = ItemDurations(controller.durations)
+    for nodeid, seconds in [("t.py::test_true", 3.0), ("t.py::test_false", 0.5), ("t.py::test_false", 0.25)]:
+        durations.pytest_runtest_logreport(type("Report", (), {"nodeid": nodeid, "duration": seconds}))
+    controller.results()
+    controller.write_line_tests("r1")
+    written = json.loads((report / LINE_TESTS).read_text())
+    assert written["durations"] == {"t.py::test_true": 3.0, "t.py::test_false": 0.75}
+    assert written["files"][KWARGS_FILE] == {"1": [], "2": ["t.py::test_false", "t.py::test_true"],
+                                             "3": ["t.py::test_true"], "4": ["t.py::test_false"]}
+    line_map, problem = reach.line_map(report, package)
+    assert problem == "" and line_map is not None
+    assert line_map.tests(KWARGS_FILE, [2]) == ["t.py::test_false", "t.py::test_true"]  # fastest first
+    assert line_map.tests(KWARGS_FILE, [3]) == ["t.py::test_true"]
+    assert line_map.tests(KWARGS_FILE, [1]) == [] and line_map.tests(KWARGS_FILE, [9]) is None
+    (package / KWARGS_FILE).write_text(FAKE_TARGET.replace("return 2", "return 3"))
+    line_map, problem = reach.line_map(report, package)
+    assert line_map is None and "stale: its targets_digest" in problem, problem
+
+
+def _line_map(report_dir: Path, lines: dict[int, list[str]], durations: dict[str, float]) -> None:
+    """A campaign's records, coverage data and a fresh line map of the installed SGLang's kwargs file."""
+    from harness.sglang_coverage import LINE_TESTS, LINE_TESTS_FORMAT, harness_commit, package_version, \
+        targets_digest
+
+    sglang = Path(require_sglang())
+    _campaign(report_dir, sorted(lines))
+    (report_dir / LINE_TESTS).write_text(json.dumps({
+        "format": LINE_TESTS_FORMAT, "run_id": "r1", "sglang": package_version(sglang), "sglang_path": str(sglang),
+        "targets_digest": targets_digest(sglang), "harness_commit": harness_commit(), "durations": durations,
+        "files": {KWARGS_FILE: {str(line): items for line, items in lines.items()}}}))
+
+
+def _kwargs_lines() -> range:
+    target = next(t for t in targets.targeted_functions(Path(require_sglang()))
+                  if t.function == "build_torch_compile_kwargs")
+    return range(target.node.lineno, target.node.end_lineno + 1)
+
+
+def _request(report_dir: Path, **fields):
+    from harness.mutate import Request
+
+    fields = {"count": 4, "budget": None, **fields}
+    return Request(Path(require_sglang()), None, report_dir, seed=1, functions=("build_torch_compile_kwargs",),
+                   workers=1, timeout=60.0, **fields)
+
+
+def test_fast_mode_judges_a_line_no_item_reaches_unreached_without_a_run(tmp_path, monkeypatch):
+    import harness.mutate as mutate
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a mutant no item reaches was run")
+
+    monkeypatch.setattr(mutate, "judge_tests", no_run)
+    monkeypatch.setattr(mutate, "judge", no_run)
+    # executed, but only outside every item (at import), and no item executed anything else of the file
+    _line_map(tmp_path, {line: [] for line in _kwargs_lines()}, {})
+    rows = mutate.mutate(_request(tmp_path))
+    assert len(rows) == 4 and {(r["verdict"], r["mode"]) for r in rows} == {(UNREACHED, "fast")}, rows
+    assert "mode: fast" in (tmp_path / "mutate.md").read_text()
+
+
+def test_fast_mode_runs_the_items_reaching_the_line_fastest_first(tmp_path, monkeypatch):
+    import harness.mutate as mutate
+
+    given = []
+
+    def recorded(mutant, text, sglang_dir, tests, work, timeout, python=None):
+        given.append(list(tests))
+        return judge_record(mutant, KILLED, mode="fast", tests=list(tests), ran=1, test=tests[0], oracle="x")
+
+    from harness.mutate.judge import record as judge_record
+
+    monkeypatch.setattr(mutate, "judge_tests", recorded)
+    slow, fast = "suites/test_compile_kwargs.py::slow_item", "suites/test_compile_kwargs.py::fast_item"
+    _line_map(tmp_path, {line: [slow, fast] for line in _kwargs_lines()}, {slow: 40.0, fast: 2.0})
+    rows = mutate.mutate(_request(tmp_path, count=2))
+    assert given == [[fast, slow], [fast, slow]], given
+    text = (tmp_path / "mutate.md").read_text()
+    assert f"1 of 2 item(s) ran; killed by {fast}" in text, text
+    thorough = mutate.mutate(_request(tmp_path, count=2, thorough=True, budget=0))  # another mode: judged anew
+    assert thorough == [] and len(rows) == 2
+
+
+def _edits_main(tmp_path: Path, capsys, edits) -> tuple[int, str]:
+    from harness.__main__ import main
+
+    path = tmp_path / "edits.json"
+    path.write_text(edits if isinstance(edits, str) else json.dumps(edits))
+    code = main(["mutate", "--edits", str(path), "--report-dir", str(tmp_path / "report")])
+    return code, capsys.readouterr().err
+
+
+RUNNER_FILE = "srt/model_executor/runner/prefill_cuda_graph_runner.py"
+
+
+@pytest.mark.parametrize("edits, message", [
+    ("[{nope", "not valid JSON (Expecting property name enclosed in double quotes at line 1 column 3)"),
+    ({"file": RUNNER_FILE}, "expected a non-empty JSON list"),
+    ([{"file": RUNNER_FILE, "old": "x"}], 'edit 0: needs the string fields "file", "old" and "new"'),
+    ([{"file": RUNNER_FILE, "old": "ForwardMode.EXTEND", "new": "x"}], "edit 0: its old text occurs"),
+    ([{"file": RUNNER_FILE, "old": "no such text anywhere", "new": "x"}], "occurs 0 times"),
+    ([{"file": "../torch/version.py", "old": "a", "new": "b"}], "../torch/version.py is outside the SGLang package"),
+    ([{"file": "srt/no_such_module.py", "old": "a", "new": "b"}], "srt/no_such_module.py does not exist"),
+])
+def test_bad_edits_are_a_clear_message_and_exit_2(edits, message, tmp_path, capsys):
+    code, err = _edits_main(tmp_path, capsys, edits)
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "report" / "mutants.jsonl").exists()
+
+
+@pytest.mark.slow  # one prefill test item on a mutant: ~40 s of CPU
+def test_the_reverse_of_bug_2s_fix_is_caught_by_the_one_item_reaching_it(tmp_path):
+    from harness.mutate import edits as given_edits
+    from harness.sglang_coverage import LINE_TESTS, LINE_TESTS_FORMAT, harness_commit, package_version, \
+        targets_digest
+    from tests.test_prefill_mutants import MUTANTS
+
+    sglang = Path(require_sglang())
+    (file, old, new), = MUTANTS["mixed_not_normalised"][0]  # load_batch passes MIXED through in both fields
+    path = tmp_path / "reverse-of-fix.json"
+    path.write_text(json.dumps([{"file": file, "old": old, "new": new}]))
+    edit, = given_edits.load(path, sglang)
+    item = "suites/test_prefill_pcg.py::test_piecewise_forward_modes"  # its explicit example is bug 2's trigger
+    (tmp_path / "examples.jsonl").write_text(json.dumps({"sglang_path": str(sglang), "run_id": "r1",
+                                                         "suite": "prefill_pcg"}) + "\n")
+    import coverage
+
+    data = coverage.CoverageData(basename=str(tmp_path / DATA))
+    data.add_lines({str(sglang / file): list(edit.lines)})
+    data.write()
+    (tmp_path / LINE_TESTS).write_text(json.dumps({
+        "format": LINE_TESTS_FORMAT, "run_id": "r1", "sglang": package_version(sglang), "sglang_path": str(sglang),
+        "targets_digest": targets_digest(sglang), "harness_commit": harness_commit(), "durations": {item: 9.0},
+        "files": {file: {str(line): [item] for line in edit.lines}}}))
+    done = _mutate("--edits", str(path), "--report-dir", str(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    row, = [json.loads(line) for line in (tmp_path / "mutants.jsonl").read_text().splitlines()]
+    assert (row["verdict"], row["mode"], row["test"], row["ran"]) == (KILLED, "fast", item, 1), row
+    assert row["oracle"] == "no-recompile" and "forward_mode=MIXED" in row["diagnosis"], row
+    assert row["function"] == "PrefillCudaGraphRunner.load_batch", row
+
+
+@pytest.mark.slow  # a warm parent and two forked pytest runs importing SGLang: ~30 s of CPU
+def test_a_warm_worker_judges_a_killing_mutant_then_a_clean_copy_without_leaking_state(tmp_path):
+    from harness.mutants import scratch_sglang
+    from harness.mutate.warm import WarmWorker
+
+    edit = ("srt/compilation/compile_phase.py", "    _pcg_capture_stream = stream\n",
+            "    _pcg_capture_stream = None\n")
+    mutated = scratch_sglang([edit])
+    worker = WarmWorker()
+    try:
+        args = ["tests/warm_target.py", "-x", "-q", "-s", "--report-dir"]
+        code, output = worker.run([*args, str(tmp_path / "mutant")], sglang_root=mutated, timeout=600,
+                                  mutant="capture_stream_never_set", output=tmp_path / "mutant.out")
+        assert code == 1 and "the capture stream is not set inside the session" in output, output[-3000:]
+        assert f"compile_phase imported from {mutated}/sglang/" in output, output[-3000:]
+        code, output = worker.run([*args, str(tmp_path / "clean")], sglang_root=None, timeout=600, mutant="",
+                                  output=tmp_path / "clean.out")
+        assert code == 0, output[-3000:]  # the same parent: no module, flag or stream of the mutant's run left
+        assert f"compile_phase imported from {require_sglang()}/" in output, output[-3000:]
+    finally:
+        worker.close()

@@ -174,7 +174,7 @@ PATH_MUTANTS = {
     "prefix_buffers_not_refreshed": (
         [(RUNNER, "            if shape_key.variant_label is not None:\n"
                   "                self._prepare_chunked_prefix_replay(shape_key, forward_batch)\n", "")],
-        "test_full_chunked_prefix", "eager-equality", ["not bit-equal to eager"], []),
+        "test_full_chunked_prefix", "eager-equality", ["of the prefill static input `prefix chunk seq_lens`"], []),
     # chunk capacity fallbacks: with no chunk budget the largest captured token count stands in for max_bs, so
     # the chunks are smaller and the capture records other variants.
     "prefix_capacity_max_bs_from_grid": (
@@ -214,12 +214,14 @@ PATH_MUTANTS = {
     # dynamic dimensions: the ForwardBatch's tensors are left static, so each token count traces again.
     "forward_batch_not_marked_dynamic": (
         [(COMPILE, '        _mark_dynamic_forward_batch(ba.arguments.get("forward_batch"))', "        pass")],
-        "test_piecewise_forward_modes", "no-recompile", ["compile pass traced", "forward_batch.out_cache_loc"], []),
+        "test_piecewise_forward_modes", "dynamo-contract",
+        ["`L['forward_batch'].out_cache_loc`", "SGLang marked axes [] dynamic where SGLang promises axes [0]"], []),
     # dynamic dimensions: only multi-dimensional ForwardBatch tensors marked (1-D ones such as out_cache_loc kept).
     "forward_batch_vectors_left_static": (
         [(COMPILE, "        if not isinstance(value, torch.Tensor) or value.ndim == 0:",
           "        if not isinstance(value, torch.Tensor) or value.ndim <= 1:")],
-        "test_piecewise_forward_modes", "no-recompile", ["compile pass traced", "size mismatch"], []),
+        "test_piecewise_forward_modes", "dynamo-contract",
+        ["`L['forward_batch'].out_cache_loc`", "SGLang marked axes [] dynamic where SGLang promises axes [0]"], []),
     # out_cache_loc: the static slot's padded tail is kept, not zeroed, so padding tokens write KV into slots an
     # earlier, larger batch used (another request's cache).
     "out_cache_loc_padding_kept": (
@@ -295,13 +297,13 @@ PATH_MUTANTS = {
                    '            getattr(a, "__name__", "") == "IntermediateTensors"\n'
                    '            for a in getattr(ann, "__args__", [])\n        ):',
           '        elif getattr(ann, "__name__", "") in ("IntermediateTensors",):')],
-        PIPELINE, "no-recompile", ["compile pass traced"], []),
+        PIPELINE, "dynamo-contract", ["`L['intermediate_tensors']", "SGLang marked axes [] dynamic"], []),
     # dynamic dimensions: the duck-typed check misses SGLang's IntermediateTensors (a dict of tensors), so its
     # tensors are never marked dynamic although the annotation names them.
     "intermediate_tensors_not_marked": (
         [(COMPILE, '            getattr(obj, "tensors"), dict\n',
           '            getattr(obj, "tensors"), (list, tuple)\n')],
-        PIPELINE, "no-recompile", ["compile pass traced"], []),
+        PIPELINE, "dynamo-contract", ["`L['intermediate_tensors']", "SGLang marked axes [] dynamic"], []),
     # layer-model resolution: the resolver hands back whatever module it reached, layers or not, so a body without
     # `layers` is captured by breakable/full (or fails later, far from the cause).
     "layer_model_unchecked": (

@@ -12,7 +12,9 @@ import pytest
 from harness import __main__ as cli
 from harness.mutants import REPO_ROOT, scratch_sglang
 from harness import known_findings
-from harness.repro import RECORD_FORMAT, SIGNATURES, classify
+from harness import repro as repro_module
+from harness.errors import HarnessError
+from harness.repro import RECORD_FORMAT, SIGNATURES, classify, launch_flags, read, strategy_names, without_launch
 from tests.test_compile_kwargs_mutants import MUTANTS
 
 
@@ -123,3 +125,136 @@ def test_a_known_finding_is_named_without_a_search(tmp_path, capsys):
     assert "a KNOWN FINDING of the installed SGLang" in output and "no search" in output
     assert "searching suite" not in output
     assert "test_findings_" in output and "[no-recompile]" in output
+
+
+# -- pasted reports (tests/repro_logs/, modelled on public SGLang tracker reports): family, suite, conditions -----
+LOGS = REPO_ROOT / "tests" / "repro_logs"
+SQL = "/sgl-workspace/sglang/python/sglang/srt"
+# file -> (signature, suite, conditions, evidence texts: {name: text its value must hold}, notes that must appear)
+REPORTS = {
+    "pcg_graph_break_logger.log": (
+        "graph-break", "prefill_pcg", {"num_tokens": [4096]},
+        {"reason": "Logger not supported for non-export cases", "site": f"{SQL}/models/qwen3_5.py:412 in forward"},
+        ["--tp-size 8 -> tp_size=[8]: ignored, the harness runs one tensor-parallel rank"]),
+    "pcg_graph_break_non_tensor.log": (
+        "graph-break", "prefill_pcg", {},
+        {"reason": "Unsupported: torch.* op returned non-Tensor",
+         "site": "/work/sglang/python/sglang/srt/layers/quantization/fp8_utils.py:180 in apply_fp8_linear"},
+        ["--enable-piecewise-cuda-graph -> the piecewise prefill graphs"]),
+    "prefill_user_error_moe.log": (
+        "graph-break", "prefill_pcg", {},
+        {"reason": "UserError: Dynamic control flow is not supported",
+         "site": "/opt/sglang/python/sglang/srt/models/qwen2_moe.py:248 in forward"},
+        ["architecture=['Qwen2MoeForCausalLM']: ignored", "chunked_prefill_size=[8192]: ignored"]),
+    "pcg_dynamo_assert_vlm.log": (
+        "graph-break", "prefill_pcg", {},
+        {"reason": "AssertionError", "site": "torch/_dynamo/variables/tensor.py:1290 in call_method"},
+        ["architecture=['Qwen3VLForConditionalGeneration']: ignored"]),
+    "decode_dynamo_assert_dp.log": (
+        "graph-break", "decode_capture", {"enable_torch_compile": [True], "torch_compile_max_bs": [16]},
+        {"reason": "InternalTorchDynamoError: AssertionError", "site": "torch/_dynamo/variables/builtin.py:1011"},
+        ["--enable-torch-compile -> enable_torch_compile=[True]: narrows the search"]),
+    "decode_compile_graph_break_log.log": (
+        "graph-break", "decode_capture",
+        {"replay_bs": [8], "default_max_bs": [16], "enable_torch_compile": [True], "torch_compile_max_bs": [8]},
+        {"reason": "Unsupported Tensor.item() call", "site": f"{SQL}/layers/moe/topk.py:512"},
+        ["--torch-compile-max-bs 8 -> torch_compile_max_bs=[8]: narrows the search"]),
+    "wrong_output_multi_lora_garbled.log": (
+        "wrong-output", "decode_capture", {"lora": [True], "default_max_bs": [64]}, {},
+        ["lora=[True]: narrows the search",
+         "--cuda-graph-max-bs 64 -> default_max_bs=[64]"]),
+    "wrong_output_length_drift_pcg.log": (
+        "wrong-output", "prefill_pcg", {}, {},
+        ["--speculative-algo NEXTN -> speculative_algorithm=['NEXTN']",
+         "forward_mode=['TARGET_VERIFY']: ignored, the prefill runner refuses TARGET_VERIFY batches"]),
+    "wrong_output_accuracy_pcg.log": ("wrong-output", "prefill_pcg", {}, {}, []),
+    "wrong_output_accuracy_max_bs.log": ("wrong-output", "decode_capture", {"default_max_bs": [256]}, {},
+                                         ["--tensor-parallel-size 4 -> tp_size=[4]: ignored"]),
+    "wrong_output_nan_no_padding.log": (
+        "wrong-output", "decode_capture", {}, {},
+        ["--cuda-graph-bs 1 2 4 8 -> capture_bs=[[1, 2, 4, 8]]", "disable_padding=[True]: ignored"]),
+    "wrong_output_mixed_chunk_pcg.log": (
+        "wrong-output", "prefill_pcg", {"forward_mode": ["MIXED"]}, {},
+        ["--enable-mixed-chunk -> forward_mode=['MIXED']: narrows the search"]),
+    "wrong_output_padding_nolora.log": (
+        "wrong-output", "decode_capture",
+        {"default_max_bs": [160], "enable_torch_compile": [True], "torch_compile_max_bs": [32]}, {}, []),
+    "capture_stream_not_set_mixed.log": (
+        "capture-stream-not-set", "prefill_pcg", {"forward_mode": ["MIXED"], "num_tokens": [96]}, {},
+        ["forward_mode=['MIXED']: ignored, the log itself names forward_mode=['MIXED']"]),
+    "cuda_capture_refused_sync.log": (
+        "cuda-capture-refused", "decode_capture", {"replay_bs": [32], "default_max_bs": [32]}, {},
+        ["replay_bs=[32]: from the log; no strategy of suite decode_capture narrows by it"]),
+    "decode_recompile_limit.log": ("dynamo-recompile", "decode_capture",
+                                   {"enable_torch_compile": [True], "torch_compile_max_bs": [32]}, {}, []),
+    "capture_crash_attribute.log": (
+        "capture-crash", "decode_capture", {"default_max_bs": [8]}, {},
+        ["--speculative-algorithm -> forward_mode=['TARGET_VERIFY']: ignored"]),
+    "compile_kwargs_mode_options.log": (
+        "compile-kwargs-rejected", "compile_kwargs",
+        {"platform": ["oot"], "options": [{"epilogue_fusion": True, "max_autotune": False}], "backend": ["inductor"]},
+        {}, []),
+    "out_of_scope_nccl_timeout.log": (None, None, None, {}, []),  # a hang, not a capture or compile failure
+}
+
+
+def test_every_fixture_is_in_the_table():
+    assert sorted(p.name for p in LOGS.glob("*.log")) == sorted(REPORTS)
+
+
+@pytest.mark.parametrize("name", sorted(REPORTS))
+def test_pasted_reports_get_their_family_suite_and_conditions(name):
+    signature, suite, conditions, evidence, notes = REPORTS[name]
+    text = (LOGS / name).read_text()
+    if signature is None:
+        with pytest.raises(HarnessError, match="no known signature"):
+            read(text)
+        return
+    reading = read(text)
+    assert (reading.signature.name, reading.suite, reading.conditions) == (signature, suite, conditions)
+    for key, want in evidence.items():
+        assert want in reading.evidence[key], (key, reading.evidence)
+    for want in notes:
+        assert any(want in note for note in reading.notes), (want, reading.notes)
+
+
+def test_the_launch_command_is_parsed_with_its_continuations_and_server_args():
+    text = ("python3 -m sglang.launch_server \\\n  --model-path m --lora-paths a=/a b=/b \\\n  --cuda-graph-max-bs=48\n"
+            "server_args=ServerArgs(model_path='m', enable_mixed_chunk=True, disable_cuda_graph=False, tp_size=2)\n")
+    assert launch_flags(text) == {"--model-path": ["m"], "--lora-paths": ["a=/a", "b=/b"],
+                                  "--cuda-graph-max-bs": ["48"], "--enable-mixed-chunk": [],
+                                  "--tp-size": ["2"]}
+    assert "lora" not in without_launch(text) and without_launch(text).strip() == ""
+
+
+def test_conditions_narrow_only_by_what_the_strategies_read():
+    assert {"forward_mode", "num_tokens"} <= strategy_names("prefill_pcg")
+    assert {"platform", "backend", "options", "mode"} <= strategy_names("compile_kwargs")
+    assert "personality" in strategy_names("decode_capture")  # passed to pytest as --personality by the search
+
+
+def test_the_search_passes_the_personality_to_pytest(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(repro_module, "run_pytest", lambda args, **kwargs: calls.append((args, kwargs)))
+    repro_module.search("decode_capture", {"personality": ["npu"]}, 1, tmp_path)
+    args, kwargs = calls[0]
+    assert args[-2:] == ["--personality", "npu"]
+    assert json.loads(kwargs["env"]["HARNESS_CONDITIONS"]) == {"personality": ["npu"]}
+
+
+@pytest.mark.parametrize("log, expected", [
+    # the launch command's flag names are not words about the failure: --chunked-prefill-size keeps decode
+    ("the outputs are garbled\npython -m sglang.launch_server --model-path m --chunked-prefill-size 4096\n",
+     ("wrong-output", "decode_capture")),
+    ("answers are wrong at high concurrency\nsglang serve --model-path m --enable-piecewise-cuda-graph\n",
+     ("wrong-output", "prefill_pcg")),
+    # words about outputs beside a traceback are not this family: the traceback is the report
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nConnectionError: reset\nthe output was garbled",
+     None),
+])
+def test_the_wrong_output_family_reads_words_only_without_a_traceback(log, expected):
+    if expected is None:
+        with pytest.raises(HarnessError, match="no known signature"):
+            read(log)
+    else:
+        assert (read(log).signature.name, read(log).suite) == expected

@@ -162,7 +162,7 @@ def test_install_restores_everything():
     with get_device("cpu").install("npu"), cpu.capture_mode("rerun"):
         from sglang.srt.platforms import current_platform
 
-        assert torch.cuda.CUDAGraph is cpu.VirtualGraph and torch.npu.NPUGraph is cpu.VirtualGraph
+        assert torch.cuda.CUDAGraph is cpu.VirtualGraph and issubclass(torch.npu.NPUGraph, cpu.VirtualGraph)
         assert current_platform.is_out_of_tree() and cpu.installed() and cpu.current_capture_mode() == "rerun"
         assert {"torch_npu", "torchair"} <= set(sys.modules)
     assert _plug_points() == before and not hasattr(torch, "npu") and not cpu.installed()
@@ -201,3 +201,37 @@ def test_compiled_function_records_and_reruns(virtual):
         graph.replay()
         assert out.tolist() == [7.0, 10.0], mode
         x.copy_(torch.tensor([1.0, 2.0]))
+
+
+def test_a_captured_triton_launch_replays_in_order_on_new_inputs(virtual):
+    """A Triton kernel (run by the interpreter) launched inside a record-mode capture, between two aten ops, is
+    launched again at replay, in order: the aten op after it reads what the re-launched kernel wrote."""
+    import triton
+    import triton.language as tl
+
+    from harness.devices.triton_interpreter import InterpretedKernel
+
+    @triton.jit
+    def axpy(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask)
+        y = tl.load(y_ptr + offsets, mask=mask)
+        tl.store(out_ptr + offsets, alpha * x + y, mask=mask)
+
+    kernel = InterpretedKernel(axpy)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    out = torch.zeros(3)
+
+    def body():
+        y = x * 2  # aten, before the launch
+        kernel[(triton.cdiv(3, 2),)](x, y, out, 3, 10.0, BLOCK=2)  # out = 10 x + 2 x = 12 x
+        return out + 1  # aten, reads the launch's output
+
+    graph, z = capture(body, "record")
+    assert z.tolist() == [13.0, 25.0, 37.0]  # 12 * [1, 2, 3] + 1
+    assert virtual.CAPTURES[-1].num_launches == 1
+    x.copy_(torch.tensor([0.5, -1.0, 10.0]))
+    graph.replay()
+    assert out.tolist() == [6.0, -12.0, 120.0]  # 12 * [0.5, -1, 10]: the kernel ran again on the new x
+    assert z.tolist() == [7.0, -11.0, 121.0]  # ... before the aten op that reads it

@@ -13,8 +13,14 @@ Graph primitives (the public API; other suites may import these, nothing else he
   GPU, torch.cuda's); `synchronize` is its `synchronize`.
 - `weak_ref_tensor(t)` / `weak_ref_tensors(x)` -- SGLang's weak references: a tensor aliasing the same storage.
 - `capture_mode(mode)` -- context manager choosing how captures made inside it work: "record" or "rerun".
-- `CAPTURES` -- a list of `CaptureRecord(graph_id, mode, num_ops, site)`, one per capture, in order; `reset_log()`.
+- `CAPTURES` -- a list of `CaptureRecord(graph_id, mode, num_ops, site, num_launches)`, one per capture, in order;
+  `reset_log()`. `num_launches`: the Triton kernel launches a record-mode capture kept (`record_launch`).
   Counts (graphs created, captured, replayed) are bumped on `harness.counter.counter`.
+- `record_launch(name, run)` -- a kernel launch that is not an aten op (a Triton kernel run by the interpreter,
+  `harness.devices.triton_interpreter`): outside a record-mode capture `run()` just runs; inside one it runs with
+  the dispatch modes paused (the interpreter's own host copies are not the captured work, so neither the
+  legality rules nor the stream-order checker see inside a launch) and is kept as one step, launched again at
+  replay in order with the recorded aten ops, on the same tensors, scalars baked in.
 - `install()` -- context manager that plugs all of the above in where SGLang looks (below) and undoes it on exit;
   it yields its `pytest.MonkeyPatch`, so a personality installed on top joins the same patch set. `installed()`
   says whether it is active.
@@ -76,7 +82,7 @@ import harness.devices.streams as streams
 __all__ = [
     "VirtualGraph", "VirtualPoolHandle", "graph", "graph_pool_handle", "is_current_stream_capturing",
     "weak_ref_tensor", "weak_ref_tensors", "capture_mode", "CAPTURES", "CaptureRecord", "reset_log", "install",
-    "installed", "GraphCaptureError",
+    "installed", "GraphCaptureError", "record_launch",
 ]
 
 MODES = ("record", "rerun")
@@ -92,6 +98,7 @@ class CaptureRecord:
     mode: str
     num_ops: int
     site: str
+    num_launches: int = 0  # Triton kernel launches recorded (record mode)
 
 
 CAPTURES: list[CaptureRecord] = []
@@ -182,7 +189,7 @@ class _Step:
     args: tuple
     kwargs: dict
     outputs: list  # captured output tensors (functional ops)
-    kind: str  # "compute" | "mutate"
+    kind: str  # "compute" | "mutate" | "launch" (func: a kernel launch closure, `record_launch`)
 
 
 def _storage_key(t: torch.Tensor):
@@ -198,6 +205,7 @@ class _Recorder(TorchDispatchMode):
         self.steps: list[_Step] = []
         self.host_reads = 0
         self.views = 0
+        self.launches = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -222,8 +230,30 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
+def record_launch(name: str, run: Any) -> Any:
+    """Run the kernel launch `run()`; inside a record-mode capture, also keep it for replay (module docstring)."""
+    graph_ = legality.capturing()
+    recorder = getattr(graph_, "_recorder", None)
+    if recorder is None:
+        return run()
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        result = run()
+    run.__name__ = f"launch:{name}"
+    recorder.steps.append(_Step(run, (), {}, [], "launch"))
+    recorder.launches += 1
+    return result
+
+
 def _replay_steps(steps: list[_Step]) -> None:
     for step in steps:
+        if step.kind == "launch":
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():  # as at capture: the launch's host copies are not filed as work
+                step.func()
+            continue
         result = step.func(*step.args, **step.kwargs)
         if step.kind == "mutate":
             continue
@@ -277,6 +307,7 @@ class VirtualGraph:
         self.graph_id = next(_graph_ids)
         self.mode: Optional[str] = None
         self.num_ops = 0
+        self.num_launches = 0
         self.capture_site = ""
         self.updates: list = []
         self._pool = None
@@ -307,7 +338,8 @@ class VirtualGraph:
             if self.mode == "record" and self._recorder is not None:
                 self._recorder.__exit__(None, None, None)
                 self._steps = self._recorder.steps
-                self.num_ops = len(self._steps)
+                self.num_launches = self._recorder.launches
+                self.num_ops = len(self._steps) - self.num_launches
                 self._recorder = None
             elif self.mode == "rerun":
                 code, assigned = _with_block(self._frame)
@@ -318,7 +350,7 @@ class VirtualGraph:
             self._frame = None
         self._captured = True
         counter.num_graphs_captured += 1
-        CAPTURES.append(CaptureRecord(self.graph_id, self.mode, self.num_ops, self.capture_site))
+        CAPTURES.append(CaptureRecord(self.graph_id, self.mode, self.num_ops, self.capture_site, self.num_launches))
 
     def _abort(self) -> None:
         if self._recorder is not None:

@@ -65,6 +65,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from harness.models import capture_queries
+
 VOCAB = 8
 HIDDEN = 4
 LORA_SCALES = {None: 0.0, "a1": 1.0, "a2": 2.0, "a3": -0.5}
@@ -231,6 +233,7 @@ class DecodeModel(torch.nn.Module):
                 input_embeds: Optional[torch.Tensor] = None, **kwargs):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
+        capture_queries.ask("DecodeModel.forward", input_ids.device)  # as a real layer asks (see that module)
         n = input_ids.shape[0]
         request = torch.arange(n, device=input_ids.device) // max(n // max(forward_batch.batch_size, 1), 1)
         metadata = _hooks["attn_backend"](forward_batch).forward_metadata
@@ -256,6 +259,9 @@ class DecodeModel(torch.nn.Module):
             sections = forward_batch.mrope_positions[:, :n].to(torch.float32) - positions[None, :n].to(torch.float32)
             h = h + 0.125 * (sections * torch.arange(1, 4, device=h.device, dtype=torch.float32)[:, None]).sum(0)
         h = h + 0.0625 * _dp_gap(forward_batch, n)
+        shared = getattr(metadata, "shared_table", None)  # a scheduler-shared table the graph reads (value 0)
+        if shared is not None:
+            h = h + 0.0 * shared[forward_batch.req_pool_indices.to(torch.int64)].sum().to(torch.float32)
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
         if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":

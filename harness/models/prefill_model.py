@@ -57,6 +57,8 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
+from harness.models import capture_queries
+
 HIDDEN = 2
 VOCAB = 4
 NUM_LAYERS = 2
@@ -147,6 +149,7 @@ class PrefillLayer(nn.Module):
         self.layer_id = layer_id
 
     def forward(self, h: torch.Tensor, forward_batch) -> torch.Tensor:
+        capture_queries.ask(f"PrefillLayer[{self.layer_id}].forward", h.device)  # as a real layer asks
         mode = forward_batch.forward_mode
         if mode.is_idle():
             return h

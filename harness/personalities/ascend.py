@@ -8,7 +8,9 @@ kernel really called here fails loudly, never a silent fake. Two scopes, one set
 - `ascend_standins()`: path selection only (`torch.npu`, `torchair`), for code that never captures a graph.
 - `install_on_virtual_device(patches)`: the npu personality of the cpu virtual device (`get_device("cpu")
   .install("npu")`), added to the device's patch set. On top of the above: `torch.npu`'s graph primitives are the
-  virtual device's (`NPUGraph` is `VirtualGraph`), its streams, events and `synchronize` are `torch.cpu`'s;
+  virtual device's (`NPUGraph` a `VirtualGraph` with the real signatures, `graph` its capture; both, and the
+  `graph_task_*` entry points, held to the torch_npu wheel by `npu_contract`), its streams, events and
+  `synchronize` are `torch.cpu`'s;
   `torch_npu` (with `_C`, and `profiler` on torch's own profiler, also bound in SGLang's NPU runner module as an
   NPU import would have bound it) is provided; and SGLang's platform object (0.5.14+) answers as an
   out-of-tree platform whose full-graph backend is SGLang's own `NPUCudaGraphBackend` (the decode backend SGLang
@@ -19,7 +21,9 @@ kernel really called here fails loudly, never a silent fake. Two scopes, one set
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import inspect
 import sys
 import types
 from typing import Any, Iterator
@@ -29,6 +33,7 @@ import torch
 
 from harness.counter import counter
 from harness.devices.cpu import VirtualGraph, graph, graph_pool_handle, is_current_stream_capturing, weak_ref_tensor
+import harness.devices.streams as streams
 from harness.versions import module_exists
 
 NPU_FULL_GRAPH_BACKEND_MODULE = "sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend"  # 0.5.14+
@@ -60,6 +65,73 @@ class _AscendOnly(types.ModuleType):
         return ascend_only
 
 
+class NPUGraph(VirtualGraph):
+    """`torch.npu.NPUGraph` on the virtual device: the virtual graph with the real class's signatures (held to
+    the torch_npu wheel by `npu_contract`); as the real one, `update` refuses a graph not captured with
+    `auto_dispatch_capture=True`."""
+
+    def __init__(self):
+        super().__init__()
+        self.auto_dispatch_capture = False
+        self._capture_frame = None  # the `with` site, set by `npu_graph`, so a rerun capture finds its block
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        frame, self._capture_frame = self._capture_frame or sys._getframe(1), None
+        super().capture_begin(pool, capture_error_mode, _frame=frame)
+
+    def update(self, cpu_update_input):
+        if not self.auto_dispatch_capture:  # the real one's refusal, as torch_npu words it
+            raise RuntimeError("The current graph configuration does not support update,Try to capture by setting "
+                               "auto_dispatch_capture=True during capture")
+        super().update(cpu_update_input)
+
+    def debug_dump(self, debug_path):
+        return super().debug_dump(debug_path)
+
+
+class npu_graph(graph):  # noqa: N801 - mirrors torch.npu.graph
+    """`torch.npu.graph` with the real signature: the virtual device's capture into an `NPUGraph`."""
+
+    def __init__(self, npu_graph, pool=None, stream=None, auto_dispatch_capture=False,
+                 capture_error_mode: str = "global"):
+        super().__init__(npu_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode)
+        self.capture_error_mode = capture_error_mode
+        npu_graph.auto_dispatch_capture = auto_dispatch_capture
+
+    def __enter__(self):
+        streams.synchronize()
+        self._stream_ctx = streams.stream(self.stream)
+        self._stream_ctx.__enter__()
+        self.cuda_graph._capture_frame = sys._getframe(1)
+        self.cuda_graph.capture_begin(*(() if self.pool is None else (self.pool,)),
+                                      capture_error_mode=self.capture_error_mode)
+
+
+def _task_group_only(name: str, signature_of):
+    """A `torch.npu.graph_task_*` entry point with the real signature: task groups (updating captured tasks in
+    place) are not emulated, so a call raises `AscendUnavailable` naming it, after Python has bound the arguments."""
+
+    @functools.wraps(signature_of)
+    def entry(*args, **kwargs):
+        inspect.signature(signature_of).bind(*args, **kwargs)
+        raise AscendUnavailable(f"torch.npu.{name}: NPU graph task groups are not emulated on the virtual device; "
+                                "run this case with --device npu on Ascend hardware")
+
+    entry.__name__ = entry.__qualname__ = name
+    return entry
+
+
+def _graph_task_group_begin(stream): ...
+def _graph_task_group_end(stream): ...
+def _graph_task_update_begin(stream, handle): ...
+def _graph_task_update_end(stream): ...
+
+
+GRAPH_TASK_API = {name: _task_group_only(name, signature) for name, signature in (
+    ("graph_task_group_begin", _graph_task_group_begin), ("graph_task_group_end", _graph_task_group_end),
+    ("graph_task_update_begin", _graph_task_update_begin), ("graph_task_update_end", _graph_task_update_end))}
+
+
 def _torch_npu(virtual_device: bool) -> types.ModuleType:
     """`torch.npu`: available, one device; on the virtual device also its graph primitives and torch.cpu's streams."""
     module = _AscendOnly("torch.npu", "torch.npu stand-in (harness.personalities.ascend)")
@@ -68,8 +140,9 @@ def _torch_npu(virtual_device: bool) -> types.ModuleType:
     if virtual_device:
         for name in ("Stream", "Event", "stream", "current_stream", "synchronize", "current_device", "set_device"):
             setattr(module, name, getattr(torch.cpu, name))
-        module.NPUGraph = VirtualGraph
-        module.graph = graph
+        module.NPUGraph = NPUGraph
+        module.graph = npu_graph
+        module.__dict__.update(GRAPH_TASK_API)
         module.graph_pool_handle = graph_pool_handle
         module.is_current_stream_capturing = is_current_stream_capturing
         module.empty_cache = lambda: None
@@ -145,14 +218,21 @@ def ascend_standins() -> Iterator[None]:
 
 
 def _npu_profiler_on_torch_profiler(module: types.ModuleType) -> None:
-    """`torch_npu.profiler` as torch's own profiler on the CPU: `profile` drops the NPU activity and the
-    experimental config (Ascend's export options), `tensorboard_trace_handler` is torch's (one trace file per
-    profiling pass, in the folder named); its config enums are plain names."""
+    """`torch_npu.profiler` as torch's own profiler on the CPU: `profile` drops the NPU activity, the
+    experimental config (Ascend's export options) and the deprecated `use_cuda`, `tensorboard_trace_handler` is
+    torch's (one trace file per profiling pass, in the folder named; no Ascend analysis); both with the real
+    signatures (`npu_contract`); its config enums are plain names."""
 
-    def profile(*, activities=(), experimental_config=None, **kwargs):
-        return torch.profiler.profile(activities=[a for a in activities if a != "NPU"], **kwargs)
+    def profile(*, activities=None, schedule=None, on_trace_ready=None, record_shapes=False, profile_memory=False,
+                with_stack=False, with_flops=False, with_modules=False, experimental_config=None,
+                execution_trace_observer=None, custom_trace_id_callback=None, use_cuda=None):
+        return torch.profiler.profile(
+            activities=[a for a in activities or () if a != "NPU"], schedule=schedule, on_trace_ready=on_trace_ready,
+            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops,
+            with_modules=with_modules, execution_trace_observer=execution_trace_observer,
+            custom_trace_id_callback=custom_trace_id_callback)
 
-    def tensorboard_trace_handler(dir_name, worker_name=None, async_mode=False):
+    def tensorboard_trace_handler(dir_name=None, worker_name=None, analyse_flag=True, async_mode=False):
         return torch.profiler.tensorboard_trace_handler(dir_name, worker_name)
 
     module.profile = profile
@@ -161,6 +241,24 @@ def _npu_profiler_on_torch_profiler(module: types.ModuleType) -> None:
     module._ExperimentalConfig = lambda **options: types.SimpleNamespace(**options)
     module.ExportType = types.SimpleNamespace(Text="Text", Db="Db")
     module.ProfilerLevel = types.SimpleNamespace(Level0="Level0", Level1="Level1", Level2="Level2")
+
+
+def _torch_npu_package() -> types.ModuleType:
+    """`torch_npu` on the virtual device: `_C` with SGLang's weak-reference kernel, `profiler` on torch's."""
+    torch_npu = _AscendOnly("torch_npu", "torch_npu stand-in (harness.personalities.ascend)")
+    for sub in ("profiler", "_C"):
+        setattr(torch_npu, sub, _AscendOnly(f"torch_npu.{sub}"))
+    torch_npu._C._weak_ref_tensor = weak_ref_tensor
+    _npu_profiler_on_torch_profiler(torch_npu.profiler)
+    return torch_npu
+
+
+def standin_modules() -> dict[str, types.ModuleType]:
+    """The virtual device's stand-ins, built afresh and installed nowhere, by the real module each stands for
+    (what `npu_contract` holds against the torch_npu wheel)."""
+    torch_npu = _torch_npu_package()
+    return {"torch.npu": _torch_npu(virtual_device=True), "torch_npu": torch_npu,
+            "torch_npu.profiler": torch_npu.profiler, "torch_npu._C": torch_npu._C}
 
 
 def install_on_virtual_device(patches: pytest.MonkeyPatch) -> None:
@@ -173,13 +271,9 @@ def install_on_virtual_device(patches: pytest.MonkeyPatch) -> None:
         if module_exists(name):  # each release has some of them
             importlib.import_module(name)
     _install_path_selection(patches, virtual_device=True)
-    torch_npu = _AscendOnly("torch_npu", "torch_npu stand-in (harness.personalities.ascend)")
+    torch_npu = _torch_npu_package()
     for sub in ("profiler", "_C"):
-        module = _AscendOnly(f"torch_npu.{sub}")
-        setattr(torch_npu, sub, module)
-        patches.setitem(sys.modules, f"torch_npu.{sub}", module)
-    torch_npu._C._weak_ref_tensor = weak_ref_tensor
-    _npu_profiler_on_torch_profiler(torch_npu.profiler)
+        patches.setitem(sys.modules, f"torch_npu.{sub}", getattr(torch_npu, sub))
     patches.setitem(sys.modules, "torch_npu", torch_npu)
     runner = sys.modules.get(NPU_MODULES[0])
     if runner is not None:  # the names it binds at import only on an NPU (`if is_npu: import torch_npu ...`)

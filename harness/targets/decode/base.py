@@ -16,6 +16,7 @@ from unittest import mock
 import torch
 
 from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble, visible_draft_counts
+from harness.targets.decode.overlap import shared_table
 from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
 from harness.targets.sglang_plumbing import ensure_tp_group, load
 
@@ -120,6 +121,9 @@ class DecodeCase:
     default_max_bs: Optional[int] = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
     dllm: Optional[DllmSettings] = None  # a diffusion LLM's DLLM_EXTEND graphs (`decode/dllm.py`)
     switches: RunnerSwitches = RunnerSwitches()  # profiling, metadata glue, replay log, architecture
+    # The read end the attention double declares for a scheduler-shared table it reads (`decode/overlap.py`;
+    # a SharedReadEnds name), None: no shared table, the base class's declaration
+    shared_reads: Optional[str] = None
 
     @property
     def tokens_per_request(self) -> int:
@@ -281,6 +285,13 @@ def make_attention_backend_class():
             self.graph: Optional[SimpleNamespace] = None
             self.forward_metadata = None
             self.metadata_inits = 0
+            self.shared_table: Optional[torch.Tensor] = None  # a scheduler-shared table it reads (overlap.py)
+            self.shared_reads: Optional[str] = None  # where those reads end (SharedReadEnds name)
+
+        def shared_read_ends(self, fm):
+            from sglang.srt.layers.attention.base_attn_backend import SharedReadEnds
+
+            return super().shared_read_ends(fm) if self.shared_reads is None else SharedReadEnds[self.shared_reads]
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
             rows = max(max_bs, max_num_tokens, STATIC_CAPACITY)
@@ -307,6 +318,8 @@ def make_attention_backend_class():
             gap = torch.tensor(0 if total is None else total - int(seq_lens.sum()), dtype=torch.int64)
             static = self.graph is not None and (in_capture or not isinstance(
                 forward_batch, ForwardBatch)) and visible.shape[0] <= self.graph.seq_lens.shape[0]
+            if self.shared_table is not None:  # out-of-graph prep reads the shared rows of the batch
+                self.shared_table[forward_batch.req_pool_indices.to(torch.int64)].sum()
             if static:
                 self.graph.seq_lens[:bs].copy_(seq_lens)
                 self.graph.visible_drafts[: visible.shape[0]].copy_(visible)
@@ -314,6 +327,8 @@ def make_attention_backend_class():
                 self.forward_metadata = SimpleNamespace(seq_lens=self.graph.seq_lens[:bs],
                                                         visible_drafts=self.graph.visible_drafts,
                                                         sum_gap=self.graph.sum_gap)
+                if self.shared_table is not None and self.shared_reads != "PRE_REPLAY":
+                    self.forward_metadata.shared_table = self.shared_table  # the graph reads it too
                 if type(spec_info).__name__ == "DFlashVerifyInput":  # the KV lengths with the draft block, per
                     # row of the static batch (padded rows: the fill value), which SGLang's NPU runner hands to
                     # the graph update as they are (a DFlash backend's `seq_lens_cpu_list`)
@@ -446,8 +461,10 @@ class DecodeTarget:
             self.dropped_options.append("record_nolora_graph")
         self.server_args = self.publish_config(case, device)
         ensure_tp_group()
-        self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = shared_parts(
-            case.lora, device, self.attention_backend_for(case), case.switches.mrope)
+        self.model, self.lora_manager, self.attn_backend, self.eager_attn_backend = self.build_parts(case, device)
+        if hasattr(self.attn_backend, "shared_reads"):  # the double (re-used across examples): this case's table
+            self.attn_backend.shared_reads = case.shared_reads
+            self.attn_backend.shared_table = None if case.shared_reads is None else shared_table(device)
         self.model_runner = self.make_model_runner(case, device)
         self.decoration = load(layout.decoration_module)
         self.runner_class = self._runner_class()
@@ -466,6 +483,11 @@ class DecodeTarget:
     def attention_backend_for(self, case: DecodeCase) -> Callable:
         """The attention double's class factory for `case` (a layout may pick another for a switch)."""
         return self.attention_backend_class
+
+    def build_parts(self, case: DecodeCase, device: str) -> tuple:
+        """(model, LoRA manager or None, the runner's attention backend, eager's); a real-model target builds its
+        own (`real_model.py`)."""
+        return shared_parts(case.lora, device, self.attention_backend_for(case), case.switches.mrope)
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         raise NotImplementedError

@@ -3,9 +3,9 @@
 its numbers happen to match."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
-from harness.models.prefill_model import LORA_GRAPH_MAX_REQUESTS
+from harness.models.prefill_model import LORA_GRAPH_MAX_REQUESTS, PrefillForCausalLM
 from harness.targets.prefill.base import Batch, PrefillCase
 
 
@@ -47,6 +47,13 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
     return None
 
 
+class Rule(NamedTuple):
+    """A refusal predicted from the case before the run: `name` is short and stable (the summary counts expected
+    errors by it), `reason` says why in words."""
+    name: str
+    reason: str
+
+
 def refused_at_construction(case: PrefillCase) -> Optional[str]:
     """Why SGLang must refuse to build the runner for `case` (None: it must build it), from the case alone.
 
@@ -57,15 +64,56 @@ def refused_at_construction(case: PrefillCase) -> Optional[str]:
     -> mixed chunks need a padded backend (breakable or full); breakable/full with the "blocks" body (decoder
     layers under `h`) -> no module owning `layers` to capture.
     """
+    rule = construction_rule(case)
+    return rule.reason if rule else None
+
+
+def construction_rule(case: PrefillCase) -> Optional[Rule]:
+    """`refused_at_construction` with its rule's name ("construction-refused:NAME")."""
+    def rule(name, reason):
+        return Rule(f"construction-refused:{name}", reason)
     if case.backend == "tc_piecewise" and case.enable_mixed_chunk:
-        return "mixed-chunk prefill needs a padded prefill graph backend (breakable or full), not tc_piecewise"
+        return rule("mixed-chunk-on-tc-piecewise", "mixed-chunk prefill needs a padded prefill graph backend "
+                    "(breakable or full), not tc_piecewise")
     if case.backend != "tc_piecewise" and case.body == "blocks":
-        return "the model body keeps its decoder layers under `h`: no module owning `layers` to capture"
+        return rule("layerless-body", "the model body keeps its decoder layers under `h`: no module owning "
+                    "`layers` to capture")
     if case.backend == "tc_piecewise" and case.body == "unannotated":
-        return "the model body's forward carries no annotations to infer its dynamic dimensions from"
+        return rule("unannotated-body", "the model body's forward carries no annotations to infer its dynamic "
+                    "dimensions from")
     if case.max_context_size is not None and case.max_context_size > case.max_context:
-        return (f"max_context_size {case.max_context_size} exceeds the request-to-token pool's "
-                f"{case.max_context} columns")
+        return rule("context-beyond-table", f"max_context_size {case.max_context_size} exceeds the "
+                    f"request-to-token pool's {case.max_context} columns")
     if case.max_context_size is not None and case.backend != "tc_piecewise" and not case.fixed_context_metadata:
-        return "max_context_size needs an attention backend with fixed-context prefill graph metadata"
+        return rule("no-fixed-metadata", "max_context_size needs an attention backend with fixed-context prefill "
+                    "graph metadata")
+    return None
+
+
+def expected_refusal(case: PrefillCase, batch: Optional[Batch] = None) -> Optional[Rule]:
+    """The refusal SGLang must answer with, from the case (and the batch) before the run; None: it must serve it.
+
+    No batch: building the runner (`refused_at_construction`, rule "construction-refused:NAME"). A batch: a mode
+    the runner's dispatch has no path for. PREBUILT -> "mode-without-forward:PREBUILT" (ModelRunner's forward has
+    no branch for it: "Invalid forward mode"); SPLIT_PREFILL -> "mode-needs-model-hook:forward_split_prefill"
+    while the harness model lacks that hook (SGLang calls it on the model). DECODE, TARGET_VERIFY, IDLE and the
+    graph modes: None (SGLang runs them, eager or replayed).
+    """
+    if batch is None:
+        return construction_rule(case)
+    mode = batch.forward_mode.name
+    if mode == "PREBUILT":
+        return Rule("mode-without-forward:PREBUILT", "ModelRunner's forward has no branch for a PREBUILT batch")
+    if mode == "SPLIT_PREFILL" and not hasattr(PrefillForCausalLM, "forward_split_prefill"):
+        return Rule("mode-needs-model-hook:forward_split_prefill", "SPLIT_PREFILL runs the model's "
+                    "forward_split_prefill, which the harness model does not define")
+    return None
+
+
+def execute_refusal(batch: Batch) -> Optional[Rule]:
+    """What `execute` called directly (skipping can_run_graph) must refuse on a NULL capture (the harness
+    captures NULL: no speculative decoding, a generation model): any hidden-state mode above it."""
+    if batch.capture_hidden_mode != "NULL":
+        return Rule("execute-hidden-mode-above-capture", f"capture_hidden_mode={batch.capture_hidden_mode} exceeds "
+                    "the NULL capture")
     return None

@@ -107,6 +107,15 @@ class PrefillCase:
 
 
 
+def body_forward(case: PrefillCase):
+    """The forward `install_torch_compiled` compiles for the case (the body's class forward), from the case alone,
+    so a refusal to compile it can be judged even when no target was built."""
+    from harness.models.prefill_model import BODIES
+
+    body = BODIES[case.body]
+    return (body if isinstance(body, type) else type(body(1))).forward
+
+
 PAD_SLOT = 0  # KV slot every padding / dummy token writes to; never handed to a real request
 
 

@@ -24,10 +24,14 @@ import torch
 from harness.counter import counter
 from harness.devices import get_device
 from harness.models.prefill_model import NUM_LAYERS, initial_hidden, reference_logits
-from harness.oracles import OracleFailure
+from harness.models import capture_queries
+from harness.oracles import OracleFailure, capture_context
 from harness.oracles.capture_stream import CaptureStreamWatcher
 from harness.oracles.eager import assert_matches_eager
+from harness.oracles.dynamo_evidence import TraceRecorder
+from harness.oracles.graph_break import check as check_graph_break, graph_breaks_as_verdict
 from harness.oracles.graph_replay import ORACLE as GRAPH_REPLAY, check_eager_forward, check_graph_forward, replay_delta
+from harness.oracles.prefill_padding import check_padded_rows
 from harness.oracles.process_state import check_at_rest
 from harness.oracles.recompile import ORACLE as RECOMPILE, RecompileWatcher
 from harness.targets import prefill
@@ -123,9 +127,14 @@ class PrefillSession:
             opened = counter.mark()
             self.recompiles = self._stack.enter_context(RecompileWatcher("the prefill model's forward"))
             self.streams = self._stack.enter_context(CaptureStreamWatcher("prefill capture and replay"))
-            with self.streams.watching_warnings():
+            self.answers = self._stack.enter_context(capture_queries.recording())
+            # the graphs Dynamo hands the compile backend (dynamo-contract: the axes SGLang marks dynamic)
+            self.compile_traces = self._stack.enter_context(TraceRecorder())
+            with self.streams.watching_warnings(), graph_breaks_as_verdict(f"the {case.backend} compile pass"):
                 self.target = self.layout.make_target(case, device.torch_device)
+            self.compile_traces.stop()
             self._stack.callback(self.target.close)
+            capture_queries.serving()
             # SGLang's caller (cuda_graph_setup) then reads free memory with empty_cache=True, and cudaFree
             # synchronises the device: the capture stream's eager tail is ordered before the first replay.
             torch.get_device_module(device.torch_device).synchronize()
@@ -152,6 +161,7 @@ class PrefillSession:
         SGLang marks the token and request dimensions dynamic for exactly that), and the token counts and graphs
         the case implies."""
         self.streams.check("capture")
+        self.check_capture_context("capture")
         traces = self.recompiles.warmup_compiles
         if one_trace and not self.one_trace_gap and self.case.backend == "tc_piecewise" and traces != 1:
             guard = " ".join(self.warmup_guards[-1].split()) if self.warmup_guards else "(no guard failure logged)"
@@ -206,6 +216,7 @@ class PrefillSession:
             with self.streams.watching_warnings():
                 logits, graph_path, _ = self.target.forward(batch)
         except Exception as error:  # noqa: BLE001 - classified below
+            check_graph_break(error, where=f"a {mode} forward (fullgraph compiled body)")
             self._check_watchers(batch)
             refused = must_run_eager(self.case, batch) if mode in GRAPH_MODES else None
             if refused:
@@ -227,6 +238,11 @@ class PrefillSession:
                                 "can_run_graph must send it to eager", **self._batch_details(batch))
         if graph_path:
             check_graph_forward(delta, self.graphs_per_forward, context=context)
+            variants = prefix_variants(self.case) if self.case.prefix_chunk_tokens is not None else ()
+            padded = check_padded_rows(self.target.runner, batch, self.case, sizes=self.expected_sizes,
+                                       prefix_variants=variants)  # padded rows hold what SGLang promises
+            if ex is not None:
+                ex.note("padded_rows", padded)
         else:
             check_eager_forward(delta, context=context)
         if expected is not None and logits is not None:
@@ -246,9 +262,18 @@ class PrefillSession:
                     input_embeds=any(r.embeds is not None for r in batch.requests),
                     capture_hidden_mode=batch.capture_hidden_mode, return_logprob=batch.return_logprob)
 
+    def check_capture_context(self, context: str) -> dict:
+        """What the layers were told about the capture since the last check (`oracles.capture_context`)."""
+        promised = capture_context.promised("prefill", self.case.backend, lora=bool(self.case.lora))
+        counts = capture_context.check(self.answers, capture_mode_promised=promised,
+                                       what=f"prefill {self.case.backend} backend, {context}")
+        self.answers.clear()
+        return counts
+
     def _check_watchers(self, batch: Batch) -> None:
         context = (f"forward_mode={batch.forward_mode.name}, global_forward_mode="
                    f"{getattr(batch.global_forward_mode, 'name', None)}, tokens={batch.num_tokens}")
         self.streams.check(context)
+        self.check_capture_context(context)
         self.recompiles.check(context)
         check_at_rest(self.probes, context=context)

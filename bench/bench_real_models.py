@@ -1,0 +1,82 @@
+"""Benchmark of the real-model suite on the cpu virtual device: per family, the seconds to build SGLang's model
+class (config.json, ModelConfig, DummyModelLoader), the capture (the decode runner's constructor: two warm-ups and
+a capture per size, the Triton kernels run by the CPU interpreter), one replay through `execute`, one eager forward
+on the Triton backend, and the Triton kernel launches each capture recorded; then the wall time of the suite's
+gate profile (`--gate`, at `-n 2`: what the real-model gate examples add to the gate campaign).
+
+Usage: python bench/bench_real_models.py [--sizes 1,2,4] [--gate]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def bench_family(family: str, sizes: tuple[int, ...]) -> None:
+    from harness.devices import cpu, get_device
+    from harness.targets.decode import real_model
+    from harness.targets.decode.base import DecodeCase
+
+    reason = real_model.family_missing(family)
+    if reason:
+        print(f"{family}: skipped: {reason}")
+        return
+    with get_device("cpu").install("cuda"):
+        cpu.reset_log()
+        started = time.perf_counter()
+        target = real_model.RealModelTarget(DecodeCase(capture_bs=sizes, max_running_requests=8), family=family)
+        if target.capture_refused:
+            print(f"{family:8s} {target.real.family.architecture:20s} build + refused capture "
+                  f"{time.perf_counter() - started:6.2f} s: {target.capture_refused[:160]}", flush=True)
+            return
+        built = time.perf_counter() - started - target.capture_seconds
+        n = max(1, max(sizes) - 1)  # one below the largest size: a padded replay
+        batch = target.stage([9, 4, 17, 6, 11, 3, 20, 8][:n], list(range(1, n + 1)), [5] * n, seed=1)
+        started = time.perf_counter()
+        target.replay(batch)
+        replay = time.perf_counter() - started
+        started = time.perf_counter()
+        target.eager(batch)
+        eager = time.perf_counter() - started
+        print(f"{family:8s} {target.real.family.architecture:20s} build {built:6.2f} s   capture of {list(sizes)}: "
+              f"{target.capture_seconds:6.2f} s   replay (batch of {batch.batch_size}): {replay:5.2f} s   "
+              f"eager: {eager:5.2f} s   launches recorded per capture: {[c.num_launches for c in cpu.CAPTURES]}",
+              flush=True)
+
+
+def bench_gate() -> None:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pytest", "suites/test_real_models.py", "-q", "-n", "2",
+                           "--profile", "gate", "-p", "no:cacheprovider"], cwd=REPO, capture_output=True, text=True)
+    tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
+    print(f"gate profile of suites/test_real_models.py at -n 2: {time.perf_counter() - started:6.1f} s wall "
+          f"(exit {done.returncode}; {tail[0] if tail else ''})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,2,4")
+    parser.add_argument("--gate", action="store_true")
+    args = parser.parse_args()
+    os.chdir(REPO)
+    from harness.compat import prepare_torchvision
+    from harness.models.real import FAMILIES
+
+    prepare_torchvision()
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    for family in FAMILIES:
+        bench_family(family, sizes)
+    if args.gate:
+        bench_gate()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

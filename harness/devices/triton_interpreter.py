@@ -1,0 +1,129 @@
+"""SGLang's Triton kernels on the CPU virtual device: run by Triton's own CPU interpreter.
+
+The virtual device has no Triton driver, so a `@triton.jit` kernel cannot compile here. `interpret_kernels(modules)`
+swaps every Triton kernel those modules hold by name (`JITFunction`s, and `Autotuner`/`Heuristics` wrappers, whose
+first config or heuristic is used) for an `InterpretedKernel`, launched as SGLang launches it (`kernel[grid](*args)`)
+and run by `triton.runtime.interpreter.InterpretedFunction`. The `@triton.jit` helpers a kernel calls (its module's,
+`tl.cdiv` ...) are interpreted too while it runs.
+
+Why this route and not `TRITON_INTERPRET=1`: that switch acts when `@triton.jit` decorates, i.e. at the import of
+SGLang's kernel modules, process-wide and for every suite of a pytest worker; this one is scoped to a `with` block
+(a `pytest.MonkeyPatch`) and to the modules named, and it gives each launch one place to be recorded.
+
+Inside a record-mode capture each launch goes through `harness.devices.cpu.record_launch`: the kernel, its grid
+and its arguments (tensors by identity, scalars baked in) are kept and launched again, in order with the recorded
+aten ops, at every replay, as a CUDA graph replays its kernels.
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Any, Iterable, Iterator
+
+import pytest
+
+__all__ = ["InterpretedKernel", "interpret_kernels", "LAUNCHES"]
+
+LAUNCHES: list[str] = []  # kernel names launched while a patch set was active (the harness's evidence of real use)
+
+
+def _jit_function(kernel: Any) -> Any:
+    """The `JITFunction` under Triton's `Autotuner` / `Heuristics` wrappers, or None for anything else."""
+    from triton.runtime.jit import JITFunction
+
+    seen = 0
+    while kernel is not None and seen < 4:
+        if isinstance(kernel, JITFunction):
+            return kernel
+        kernel, seen = getattr(kernel, "fn", None), seen + 1
+    return None
+
+
+def _nested_patches(fn_globals: dict, patches: pytest.MonkeyPatch, done: set) -> None:
+    """Interpret the `@triton.jit` helpers reachable from a kernel's globals (and `triton.language`'s own)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if id(fn_globals) in done:
+        return
+    done.add(id(fn_globals))
+    for name, value in list(fn_globals.items()):
+        if isinstance(value, InterpretedKernel):  # a helper swapped at module level: called, not launched
+            value = value.original
+        if _jit_function(value) is not None and not isinstance(value, InterpretedFunction):
+            fn = _jit_function(value).fn
+            patches.setitem(fn_globals, name, InterpretedFunction(fn))
+            _nested_patches(fn.__globals__, patches, done)
+        elif isinstance(value, types.ModuleType) and value in (tl, tl.math) and id(value) not in done:
+            done.add(id(value))
+            for attr in dir(value):
+                member = getattr(value, attr, None)
+                if isinstance(member, JITFunction):
+                    patches.setattr(value, attr, InterpretedFunction(member.fn))
+
+
+class InterpretedKernel:
+    """One Triton kernel run by the CPU interpreter, launched as `kernel[grid](*args, **kwargs)`."""
+
+    def __init__(self, kernel: Any) -> None:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        jit = _jit_function(kernel)
+        if jit is None:
+            raise TypeError(f"{kernel!r} is not a Triton kernel")
+        self.original = kernel
+        self.name = jit.fn.__name__
+        self.interpreted = InterpretedFunction(jit.fn)
+        self.constants = _wrapper_constants(kernel)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            from harness.devices import cpu
+
+            merged = {**self.constants, **kwargs}
+            for key in list(self.constants):
+                if key in kwargs:
+                    merged[key] = kwargs[key]
+            return cpu.record_launch(self.name, lambda: self._run(grid, args, merged))
+        return launch
+
+    def _run(self, grid, args, kwargs):
+        LAUNCHES.append(self.name)
+        with pytest.MonkeyPatch.context() as patches:
+            _nested_patches(self.interpreted.fn.__globals__, patches, set())
+            return self.interpreted[grid](*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"InterpretedKernel({self.name})"
+
+
+def _wrapper_constants(kernel: Any) -> dict:
+    """What an `Autotuner` / `Heuristics` wrapper would add to a launch: the first config's kwargs (and its
+    num_warps, which the interpreter ignores), the heuristics' values are computed per launch by Triton, so a kernel
+    wrapped in heuristics is refused here rather than run with made-up constants."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    if isinstance(kernel, Heuristics):
+        raise TypeError(f"{kernel!r}: Triton heuristics wrappers are not supported by the interpreted launch")
+    if isinstance(kernel, Autotuner):
+        return dict(kernel.configs[0].kwargs)
+    return {}
+
+
+@contextlib.contextmanager
+def interpret_kernels(modules: Iterable[types.ModuleType]) -> Iterator[list[str]]:
+    """Within the block, every Triton kernel the `modules` hold by name is an `InterpretedKernel`; yields the names
+    swapped."""
+    swapped = []
+    with pytest.MonkeyPatch.context() as patches:
+        for module in modules:
+            for name, value in list(vars(module).items()):
+                if isinstance(value, InterpretedKernel) or _jit_function(value) is None:
+                    continue
+                try:
+                    patches.setattr(module, name, InterpretedKernel(value))
+                except TypeError:
+                    continue  # a heuristics wrapper: left as it is (it raises if SGLang launches it)
+                swapped.append(f"{module.__name__}.{name}")
+        yield swapped

@@ -1,0 +1,189 @@
+"""SGLang's own model classes at tiny sizes, random weights, no downloads.
+
+`build(family)` writes an HF `config.json` for the family (`FAMILIES`) into a temporary folder and goes through
+SGLang's own `ModelConfig` and model loader with `load_format="dummy"` (`DummyModelLoader`: the class SGLang's
+registry names for the architecture, built on the CPU, weights from SGLang's `initialize_dummy_weights`). The
+loader's default range (+-1e-3) makes every logit ~1e-6, where a stale attention input hardly moves the output, so
+the weights are drawn again by the same initialiser over +-`WEIGHT_RANGE`.
+
+SGLang's custom ops take their pure-torch path here: `BaseFusedOp` dispatch finds no CUDA and no AMX, so it
+resolves to `forward_native`; the rotary embedding decides at construction, from its module's `_is_cpu`, whether
+to bind a GPU fallback kernel (`vllm._custom_ops`, absent here), so that flag is set while the model is built
+(`cpu_construction`), as SGLang's own CPU engine (`SGLANG_USE_CPU_ENGINE=1`) sets it process-wide. The harness's
+`sgl_kernel` stand-in is never reached (each of its kernels raises `SglKernelStandInCalled`, so a run that
+passes called none).
+
+Families (`FAMILIES`; one layer, hidden 64, vocab 128, float32):
+- dense: `LlamaForCausalLM` (GQA: 4 query heads, 2 KV heads);
+- moe: `Qwen2MoeForCausalLM` (4 experts, top 2, a gated shared expert whose gate is a Triton kernel of SGLang's).
+  Its experts take SGLang's non-CUDA MoE path (`UnquantizedFusedMoEMethod.forward_cpu` without AMX ->
+  `moe_forward_native`), which copies `tokens_per_expert` to the host and loops over the experts: not capturable in
+  a CUDA graph, and the virtual device refuses it with CUDA's text (`Family.capture_refusal`); eager is checked;
+- mla: `DeepseekV2ForCausalLM` (MLA, latent 256 + rope 32, one dense layer; SGLang's CPU rope needs
+  `deepseek_yarn` scaling), on `MLATokenToKVPool`;
+- vlm: `Qwen2VLForConditionalGeneration`, the text path reading mRoPE positions (a one-block vision tower is built,
+  never run: decode batches carry text tokens).
+
+A family whose class the installed SGLang lacks is `missing(family)` (a reason naming the module and class); a
+configuration SGLang rejects raises SGLang's own error (`tests/test_real_model_build.py`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import tempfile
+from typing import Any, Iterator, Optional
+
+import torch
+
+WEIGHT_RANGE = 0.3
+CONTEXT_LEN = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One model family: its architecture, the module SGLang keeps its class in, and its tiny config."""
+
+    name: str
+    architecture: str
+    module: str  # sglang.srt.models.<module>
+    config: dict
+    # (file, why): SGLang's path for this family on the virtual device cannot be captured in a graph, and the
+    # device refuses it at a site in that SGLang file, with CUDA's text; eager is still checked
+    capture_refusal: Optional[tuple[str, str]] = None
+    mrope: bool = False  # the text path reads `ForwardBatch.mrope_positions` ([3, tokens]) instead of positions
+
+    @property
+    def model_file(self) -> str:
+        """The SGLang source file driven (a coverage row)."""
+        return f"srt/models/{self.module}.py"
+
+
+def _dense_llama() -> dict:
+    return dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64, intermediate_size=128,
+                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+                max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0, torch_dtype="float32",
+                tie_word_embeddings=False, hidden_act="silu")
+
+
+def _moe_qwen2() -> dict:
+    return dict(architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe", hidden_size=64,
+                intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+                mlp_only_layers=[], num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=128, max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0,
+                torch_dtype="float32", tie_word_embeddings=False, hidden_act="silu", qkv_bias=True)
+
+
+def _mla_deepseek_v2() -> dict:
+    return dict(architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2", hidden_size=64,
+                intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=4, q_lora_rank=None, qk_nope_head_dim=16, v_head_dim=16,
+                kv_lora_rank=256, qk_rope_head_dim=32,  # latent 288 wide: the decode kernel's MLA tiling (256 + 32)
+                n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1,
+                topk_group=1, topk_method="greedy", scoring_func="softmax", routed_scaling_factor=1.0,
+                norm_topk_prob=False, moe_layer_freq=1,
+                first_k_dense_replace=1, vocab_size=128,  # one layer, dense: MLA without the MoE path
+                max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0,
+                rope_scaling={"type": "yarn", "rope_type": "deepseek_yarn", "factor": 1.0,  # SGLang's CPU rope
+                              "original_max_position_embeddings": 512, "beta_fast": 32, "beta_slow": 1,
+                              "mscale": 1.0, "mscale_all_dim": 1.0},
+                torch_dtype="float32", tie_word_embeddings=False, hidden_act="silu", bos_token_id=1,
+                eos_token_id=2)
+
+
+def _vlm_qwen2() -> dict:
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=128, max_position_embeddings=512, rms_norm_eps=1e-6,
+                rope_theta=10000.0, hidden_act="silu", tie_word_embeddings=False,
+                rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},  # sections: head_dim 16 / 2
+                bos_token_id=1, eos_token_id=2)
+    return dict(architectures=["Qwen2VLForConditionalGeneration"], model_type="qwen2_vl", torch_dtype="float32",
+                **text, text_config=dict(model_type="qwen2_vl_text", **text),
+                vision_config=dict(depth=1, embed_dim=32, num_heads=2, hidden_size=64, mlp_ratio=2, patch_size=14,
+                                   spatial_merge_size=2, in_chans=3, temporal_patch_size=2),
+                image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123)
+
+
+FAMILIES = {
+    "dense": Family("dense", "LlamaForCausalLM", "llama", _dense_llama()),
+    "moe": Family("moe", "Qwen2MoeForCausalLM", "qwen2_moe", _moe_qwen2(), capture_refusal=(
+        "fused_moe_native.py", "SGLang's non-CUDA MoE path (moe_forward_native, which forward_cpu takes without AMX) "
+        "copies tokens_per_expert to the host and loops over experts: data-dependent, not capturable")),
+    "mla": Family("mla", "DeepseekV2ForCausalLM", "deepseek_v2", _mla_deepseek_v2()),
+    "vlm": Family("vlm", "Qwen2VLForConditionalGeneration", "qwen2_vl", _vlm_qwen2(), mrope=True),
+}
+
+
+def missing(family: str) -> Optional[str]:
+    """Why the installed SGLang cannot build `family` (its release and the missing module or class), or None."""
+    from harness.versions import module_exists, sglang_version
+
+    spec = FAMILIES[family]
+    module = f"sglang.srt.models.{spec.module}"
+    if not module_exists(module):
+        return f"SGLang {sglang_version()} has no {module}: no {spec.architecture} to build"
+    import importlib
+
+    if not hasattr(importlib.import_module(module), spec.architecture):
+        return f"SGLang {sglang_version()} has no {module}.{spec.architecture}"
+    return None
+
+
+@contextlib.contextmanager
+def cpu_construction() -> Iterator[None]:
+    """While a model is built: the rotary embedding binds no GPU fallback kernel (module docstring)."""
+    from unittest import mock
+
+    import sglang.srt.layers.rotary_embedding.base as rotary
+
+    with mock.patch.object(rotary, "_is_cpu", True):
+        yield
+
+
+@dataclasses.dataclass
+class RealModel:
+    family: Family
+    model: Any  # the SGLang model instance
+    model_config: Any  # SGLang's ModelConfig
+    path: str  # the folder holding config.json
+    server_args: Any = None
+
+
+def write_config(family: Family, folder: Optional[str] = None, **overrides) -> str:
+    """A folder holding the family's `config.json` (with `overrides`), as a checkpoint without weights."""
+    folder = folder or tempfile.mkdtemp(prefix=f"harness-{family.name}-")
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({**family.config, **overrides}, f, indent=1)
+    return folder
+
+
+def model_config(path: str):
+    """SGLang's `ModelConfig` of the checkpoint folder (float32, the harness's context length)."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return ModelConfig(model_path=path, dtype="float32", context_length=CONTEXT_LEN)
+
+
+def build(family: str, path: Optional[str] = None, seed: int = 1234) -> RealModel:
+    """SGLang's model class for `family`, through `ModelConfig` and `DummyModelLoader` on the CPU. The published
+    config and SGLang's model-parallel groups must be in place (the decode target does both)."""
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader import get_model
+    from sglang.srt.model_loader.weight_utils import initialize_dummy_weights
+
+    spec = FAMILIES[family]
+    path = path or write_config(spec)
+    config = model_config(path)
+    with cpu_construction():
+        model = get_model(model_config=config, load_config=LoadConfig(load_format="dummy"),
+                          device_config=DeviceConfig("cpu"))
+    with torch.no_grad():
+        initialize_dummy_weights(model, low=-WEIGHT_RANGE, high=WEIGHT_RANGE, seed=seed)
+    model.requires_grad_(False)  # inference weights (a VLM's vision tower is built with trainable parameters)
+    return RealModel(spec, model, config, path)
+

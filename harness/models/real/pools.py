@@ -1,0 +1,88 @@
+"""SGLang's real KV-cache pools on the CPU, and the cached prefix a drawn decode batch reads.
+
+`Pools(model_config, requests, tokens)`: SGLang's `ReqToTokenPool` (row 0 is SGLang's padding row), its
+`MHATokenToKVPool` (K/V buffers per layer; an MLA model's `MLATokenToKVPool`, one latent buffer per layer), its
+`TokenToKVPoolAllocator` (slot 0 reserved for padded writes) and its `KVIndexTranslator` (what attention backends
+build their read indices through), as `ModelRunner` builds them.
+
+`stage(batch, seed)` plays the scheduler's part before a decode step: each request's row of `req_to_token` maps its
+`seq_len` tokens to slots (the last one its `out_cache_loc`, where this step writes), and the prefix slots hold
+K/V drawn from `seed`, as a prefill would have left them. `snapshot()` / `restore()` let eager run on exactly the
+cache the replay saw.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.errors import HarnessError
+
+
+class Pools:
+    def __init__(self, model_config: Any, requests: int, tokens: int, device: str = "cpu") -> None:
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+        self.requests, self.tokens = requests, tokens
+        self.staged_slots: list[list[int]] = []  # per request of the last staged batch, its KV slots in order
+        self.req_to_token_pool = ReqToTokenPool(size=requests, max_context_len=model_config.context_len,
+                                                device=device, enable_memory_saver=False)
+        from sglang.srt.configs.model_config import AttentionArch
+
+        self.mla = model_config.attention_arch == AttentionArch.MLA
+        if self.mla:  # one latent buffer per layer: kv_lora_rank + the rope part, as ModelRunner sizes it
+            from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
+
+            self.token_to_kv_pool = MLATokenToKVPool(
+                size=tokens, page_size=1, dtype=torch.float32, kv_lora_rank=model_config.kv_lora_rank,
+                qk_rope_head_dim=model_config.qk_rope_head_dim, layer_num=model_config.num_hidden_layers,
+                device=device, enable_memory_saver=False)
+        else:
+            self.token_to_kv_pool = MHATokenToKVPool(
+                size=tokens, page_size=1, dtype=torch.float32, head_num=model_config.get_num_kv_heads(1),
+                head_dim=model_config.head_dim, layer_num=model_config.num_hidden_layers, device=device,
+                enable_memory_saver=False, enable_alt_stream=False)
+        self.allocator = TokenToKVPoolAllocator(tokens, torch.float32, device, self.token_to_kv_pool, False)
+        self.translator = KVIndexTranslator(
+            req_to_token=self.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=self.allocator,
+            token_to_kv_pool=self.token_to_kv_pool, page_size=1, device=device)
+
+    def buffers(self) -> list[tuple[str, torch.Tensor]]:
+        pool = self.token_to_kv_pool
+        if self.mla:
+            return [(f"kv_buffer[layer {layer}]", buffer) for layer, buffer in enumerate(pool.kv_buffer)]
+        return [(f"{kind}_buffer[layer {layer}]", buffers[layer]) for kind, buffers in
+                (("k", pool.k_buffer), ("v", pool.v_buffer)) for layer in range(len(pool.k_buffer))]
+
+    def stage(self, seq_lens: list[int], pool_rows: list[int], seed: int) -> list[int]:
+        """Map each request's tokens to fresh slots from SGLang's allocator and fill the prefix K/V; returns the
+        batch's `out_cache_loc` (each request's last slot)."""
+        if any(not 1 <= row <= self.requests for row in pool_rows) or len(set(pool_rows)) != len(pool_rows):
+            raise HarnessError(f"pool rows {pool_rows} must be distinct, within 1..{self.requests} (row 0 is "
+                               "SGLang's padding row)")
+        if sum(seq_lens) > self.tokens - 1:
+            raise HarnessError(f"seq_lens {seq_lens} need {sum(seq_lens)} KV slots, the pool has {self.tokens - 1}")
+        self.allocator.clear()
+        slots = self.allocator.alloc(sum(seq_lens))
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            self.req_to_token_pool.req_to_token.zero_()
+            for _, buffer in self.buffers():
+                buffer.copy_(torch.randn(buffer.shape, generator=generator))
+            start, last, self.staged_slots = 0, [], []
+            for row, length in zip(pool_rows, seq_lens):
+                self.req_to_token_pool.req_to_token[row, :length] = slots[start:start + length]
+                self.staged_slots.append(slots[start:start + length].tolist())
+                start += length
+                last.append(int(slots[start - 1]))
+        return last
+
+    def snapshot(self) -> list[torch.Tensor]:
+        return [buffer.clone() for _, buffer in self.buffers()]
+
+    def restore(self, saved: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for (_, buffer), value in zip(self.buffers(), saved):
+                buffer.copy_(value)

@@ -1,0 +1,49 @@
+"""Capture context as model code sees it: every capture answers "capturing", every eager or replayed step "not".
+
+Layers take capture-only branches on SGLang's `get_is_capture_mode()` and on the device module's
+`is_current_stream_capturing()` (`harness.models.capture_queries` logs what the tiny models were told). The
+expectation comes from the case and the device, not from SGLang's flags:
+
+- while the device has a graph capture open (its own stream-capture answer), SGLang's capture mode must be on
+  where the path promises it: the decode runner captures inside `model_capture_mode()` (CUDA and NPU runners);
+  the prefill runner's breakable backend through `is_in_breakable_cuda_graph()`; its full backend only for a LoRA
+  server ("record LoRA kernels"); tc_piecewise and full without LoRA promise nothing;
+- while the harness serves (its eager references and replays, after the target was built), both answers must be
+  "not capturing": a flag left on after capture sends an eager forward down a capture-only branch.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from harness.models.capture_queries import Answer
+from harness.oracles import OracleFailure
+
+ORACLE = "capture-context"
+
+
+def promised(runner: str, backend: str = "", lora: bool = False) -> bool:
+    """Whether SGLang promises its capture mode on during the device's captures of this path (see above)."""
+    if runner == "decode":
+        return True
+    return backend == "breakable" or (backend == "full" and lora)
+
+
+def check(log: Sequence[Answer], *, capture_mode_promised: bool, what: str) -> dict:
+    """Raise on the first answer that contradicts the phase; return counts for the record. An answer of None (a
+    release without the query) is not judged."""
+    captured = [a for a in log if a.stream_capturing]
+    for answer in captured:
+        if capture_mode_promised and answer.capture_mode is False:
+            raise OracleFailure(
+                ORACLE, f"{what}: SGLang's get_is_capture_mode() answered False at {answer.site} while the device "
+                        "was capturing a graph (a layer would take its eager branch inside the graph)",
+                query="get_is_capture_mode", site=answer.site, phase=answer.phase)
+    for answer in log:
+        if answer.phase == "serving" and not answer.stream_capturing and answer.capture_mode is True:
+            raise OracleFailure(
+                ORACLE, f"{what}: SGLang's get_is_capture_mode() answered True at {answer.site} while the harness "
+                        "ran an eager or replayed step (capture mode left on after capture)",
+                query="get_is_capture_mode", site=answer.site, phase=answer.phase)
+    return {"asked": len(log), "during_device_capture": len(captured),
+            "query": "absent" if any(a.capture_mode is None for a in log) else "get_is_capture_mode",
+            "capture_mode_promised": capture_mode_promised}

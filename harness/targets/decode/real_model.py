@@ -1,0 +1,354 @@
+"""The decode runner driving a real SGLang model class, SGLang's Triton attention backend and SGLang's real pools.
+
+`RealModelTarget` is the 0.5.14+ decode target (`v0_5_14.Target`: published config, the model-runner double,
+SGLang's constructor capturing every size, replay through its `execute`) with its two doubles replaced: the model
+is SGLang's own class for a family (`harness.models.real.build`), and the runner's attention backend is SGLang's
+`TritonAttnBackend` over SGLang's `ReqToTokenPool` / `MHATokenToKVPool` (`harness.models.real.pools`), its kernels
+run by Triton's CPU interpreter (`harness.devices.triton_interpreter`, scoped to the target's calls). The model
+runner double carries the real `ModelConfig`, the pools, the allocator and the KV index translator.
+
+What is still built by hand: the ForwardBatch (`DecodeBatch.to_forward_batch`, as the tiny target builds it;
+SGLang's `ScheduleBatch` path needs a scheduler, a tree cache and requests and is not driven here), and the prefix
+in the KV cache (`Pools.stage`: what a prefill would have written).
+
+`check_replays(target, replays)`: each drawn batch is staged, replayed, and compared with eager of the same model
+on a second `TritonAttnBackend` over the same pools restored to the cache the replay saw (bit-exact on a captured
+size: the same ops and kernels on the same shapes; a batch padded to a larger size runs GEMMs with more rows,
+whose float32 rounding differs, so it gets `torch._dynamo.utils.same`'s tolerance, worst element named); the
+one replayed graph is counted; the KV cache the replay leaves must equal eager's, SGLang's padding slot 0 aside (a
+padded row writing into a live slot shows there); padded rows of the static inputs hold SGLang's promise
+(`decode_replay.check_padding_promises`); eager itself is held to SGLang's `TorchNativeAttnBackend` (plain torch
+SDPA over the cached K/V) within float32 tolerance, so a wrong kernel cannot make both sides agree. A failure's
+diagnosis names the static inputs and the Triton backend's graph metadata (`kv_indptr`, `cuda_graph_kv_indices`)
+that differ from what the staged batch implies.
+
+A family whose SGLang path the device cannot capture (`Family.capture_refusal`: Qwen2-MoE's non-CUDA MoE) is
+constructed all the same; its refusal is checked to be the declared one (`capture_refused`) and `check_eager`
+holds its eager forward to the torch reference.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+from typing import Any, Optional
+
+import torch
+
+from harness.counter import counter
+from harness.devices.triton_interpreter import interpret_kernels
+from harness.errors import HarnessError, PathMissing
+from harness.models.real import FAMILIES, RealModel, build, missing
+from harness.models.real.pools import Pools
+from harness.oracles import OracleFailure
+from harness.oracles.decode_replay import check_padding_promises
+from harness.oracles.eager import assert_matches_eager
+from harness.oracles.graph_replay import check_graph_forward, replay_delta
+from harness.targets.decode import v0_5_14
+from harness.targets.decode.base import DecodeBatch, DecodeCase, make_model_runner
+
+# the modules whose Triton kernels a decode step of the Triton backend launches
+TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.ops.attention.decode_attention",
+                  "sglang.kernels.ops.attention.metadata", "sglang.srt.mem_cache.kv_index_translator",
+                  "sglang.kernels.ops.elementwise.elementwise")  # the last: Qwen2-MoE's shared-expert gate
+KV_SPLITS = 1  # --triton-attention-num-kv-splits (SGLang's default 8: eight times the interpreted programs)
+KV_TOKENS = 512  # KV slots of the pool (slot 0: SGLang's padding slot)
+
+_MODELS: dict = {}  # family -> RealModel
+_POOLS: dict = {}  # (family, request rows) -> Pools
+
+
+def load():
+    """The decode layout this target drives (0.5.14+), or PathMissing naming what the installed SGLang lacks."""
+    from harness.targets.decode import load as decode_layout
+    from harness.versions import module_exists, sglang_version
+
+    layout = decode_layout()
+    if layout is not v0_5_14.LAYOUT:
+        raise PathMissing(f"SGLang {sglang_version()}: the real-model target drives the 0.5.14+ decode runner; this "
+                          f"release has the {layout.name} layout")
+    if not module_exists("sglang.srt.layers.attention.triton_backend"):
+        raise PathMissing(f"SGLang {sglang_version()} has no sglang.srt.layers.attention.triton_backend")
+    return layout
+
+
+def refusal(family, error: BaseException) -> Optional[str]:
+    """The family's known capture refusal (`Family.capture_refusal`: CUDA's own text raised by the virtual device
+    at a site in the named SGLang file), described and taken off the violation log, or None when `error` is
+    anything else."""
+    from harness.devices import legality
+
+    expected = family.capture_refusal
+    if expected is None:
+        return None
+    texts = f"{error} {getattr(error, '__cause__', '')}"
+    site = legality.VIOLATIONS[-1].site if legality.VIOLATIONS else ""
+    if expected[0] in site or expected[0] in texts:
+        # the declared refusal is this example's verdict (expected-error), not a capture-legality failure; any
+        # other violation stays filed for that oracle
+        legality.VIOLATIONS[:] = [v for v in legality.VIOLATIONS if expected[0] not in v.site]
+        return f"capture refused at {site}: {expected[1]} ({str(error).splitlines()[0][:200]})"
+    return None
+
+
+def family_missing(family: str) -> Optional[str]:
+    """Why `family` cannot be built on the installed SGLang (the missing module or class), or None."""
+    return missing(family)
+
+
+def real_model(family: str) -> RealModel:
+    """One model per family and process (building costs seconds; the weights never change)."""
+    if family not in _MODELS:
+        _MODELS[family] = build(family)
+    return _MODELS[family]
+
+
+def kernels() -> contextlib.AbstractContextManager:
+    return interpret_kernels(importlib.import_module(name) for name in TRITON_MODULES)
+
+
+@dataclasses.dataclass
+class StagedBatch:
+    """A decode batch and the KV-cache prefix staged for it (`Pools.stage` with `seed`); for an mRoPE family, each
+    request's mRoPE delta (what its earlier image tokens shifted the text positions by: <= 0)."""
+
+    batch: DecodeBatch
+    seed: int
+    mrope_deltas: Optional[list[int]] = None
+
+
+class RealModelTarget(v0_5_14.Target):
+    """See the module docstring. `family`: a key of `harness.models.real.FAMILIES`."""
+
+    def __init__(self, case: DecodeCase, *, family: str, layout=None, personality: str = "cuda",
+                 device: str = "cpu", hooks: Any = None) -> None:
+        if device != "cpu":
+            raise HarnessError(f"the real-model target runs on the cpu virtual device (its Triton kernels by the CPU "
+                               f"interpreter), not on {device!r}")
+        self.family = family
+        reason = missing(family)
+        if reason:
+            raise PathMissing(reason)
+        self.capture_refused: Optional[str] = None
+        with kernels():
+            try:
+                super().__init__(case, layout=layout or v0_5_14.LAYOUT, personality=personality, device=device,
+                                 hooks=hooks)
+            except Exception as error:  # noqa: BLE001 - only the family's known refusal is kept, anything else raises
+                self.capture_refused = refusal(FAMILIES[family], error)
+                if self.capture_refused is None:
+                    raise
+
+    def server_args(self, case: DecodeCase, device: str) -> Any:
+        """The 0.5.14+ target's server args with `--triton-attention-num-kv-splits KV_SPLITS`: each split is a
+        program the CPU interpreter runs one by one (stage 2 still reduces the one split)."""
+        args = super().server_args(case, device)
+        args.triton_attention_num_kv_splits = KV_SPLITS
+        return args
+
+    # -- the parts ---------------------------------------------------------------------------------------------
+    def build_parts(self, case: DecodeCase, device: str) -> tuple:
+        from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+        from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+        self.real = real_model(self.family)
+        key = (self.family, case.max_running_requests)
+        if key not in _POOLS:
+            _POOLS[key] = Pools(self.real.model_config, case.max_running_requests, KV_TOKENS, device)
+        self.pools = _POOLS[key]
+        self._model_runner = self._runner_double(case, device)
+        runner_backend = TritonAttnBackend(self._model_runner)
+        self._model_runner.attn_backend = runner_backend
+        self.reference_attn_backend = TorchNativeAttnBackend(self._model_runner)
+        return self.real.model, None, runner_backend, TritonAttnBackend(self._model_runner)
+
+    def _runner_double(self, case: DecodeCase, device: str):
+        runner = make_model_runner(self.real.model, None, device=device,
+                                   max_running_requests=case.max_running_requests, server_args=self.server_args,
+                                   lora_manager=None, spec=case.spec, architecture=self.real.family.architecture)
+        pools = self.pools
+        runner.model_config = self.real.model_config
+        runner.req_to_token_pool, runner.token_to_kv_pool = pools.req_to_token_pool, pools.token_to_kv_pool
+        runner.token_to_kv_pool_allocator, runner.kv_index_translator = pools.allocator, pools.translator
+        runner.sliding_window_size, runner.page_size, runner.kv_cache_dtype = None, 1, torch.float32
+        return runner
+
+    def make_model_runner(self, case: DecodeCase, device: str):
+        return self._model_runner
+
+    # -- batches -----------------------------------------------------------------------------------------------
+    def stage(self, seq_lens: list[int], pool_rows: list[int], input_ids: list[int], seed: int,
+              mrope_deltas: Optional[list[int]] = None) -> DecodeBatch:
+        """Stage the KV prefix of the batch's requests and return the batch the scheduler would hand over (an mRoPE
+        family's with its `mrope_positions`: a text token's three sections are its position plus the request's
+        delta, as SGLang's mRoPE index gives a text token after an image, `mrope_rope_index.py`)."""
+        slots = self.pools.stage(seq_lens, pool_rows, seed)
+        positions = [n - 1 for n in seq_lens]
+        mrope = None
+        if self.real.family.mrope:
+            deltas = mrope_deltas or [0] * len(seq_lens)
+            mrope = [[p + d for p, d in zip(positions, deltas)] for _ in range(3)]
+        return DecodeBatch(input_ids=list(input_ids), positions=positions, seq_lens=list(seq_lens),
+                           req_pool_indices=list(pool_rows), out_cache_loc=slots, mrope_positions=mrope)
+
+    def stage_item(self, item: StagedBatch) -> DecodeBatch:
+        batch = item.batch
+        return self.stage(batch.seq_lens, batch.pool_rows, batch.input_ids, item.seed, item.mrope_deltas)
+
+    def forward_batch(self, batch: DecodeBatch):
+        fb = super().forward_batch(batch)
+        fb.req_to_token_pool, fb.token_to_kv_pool = self.pools.req_to_token_pool, self.pools.token_to_kv_pool
+        return fb
+
+    def replay(self, batch: DecodeBatch):
+        with kernels():
+            return super().replay(batch)
+
+    def eager(self, batch: DecodeBatch, forward=None, attn_backend=None):
+        """The model's forward on the real rows, no graph, with a fresh attention backend (`attn_backend`: another
+        one, e.g. the torch reference)."""
+        from harness.targets.sglang_plumbing import forward_context
+
+        backend = attn_backend or self.eager_attn_backend
+        fb = self.forward_batch(batch)
+        with kernels():
+            backend.init_forward_metadata(fb)
+            with torch.no_grad(), forward_context(backend, fb):
+                return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
+
+
+# -- the check --------------------------------------------------------------------------------------------------
+def _cache_difference(pools: Pools, replayed: list[torch.Tensor], eager: list[torch.Tensor],
+                      exact: bool) -> Optional[str]:
+    """Where the KV cache a replay left differs from eager's, slot 0 (SGLang's padding slot, which padded rows
+    write) aside."""
+    for (name, _), a, b in zip(pools.buffers(), replayed, eager):
+        a, b = a[1:].flatten(1), b[1:].flatten(1)
+        differs = (a != b) if exact else ~torch.isclose(a, b, rtol=1e-4, atol=1e-5)
+        slots = [slot + 1 for slot in differs.any(dim=1).nonzero().flatten().tolist()]
+        if slots:
+            return f"`{name}` differs at KV slot(s) {slots[:8]}"
+    return None
+
+
+def static_input_report(target: RealModelTarget, batch: DecodeBatch) -> str:
+    """The runner's static inputs for the real and the padded rows (a diagnosis only, read after a failure)."""
+    padded = min(s for s in target.capture_bs if s >= batch.batch_size)
+    rows = []
+    for name, per_token in (("input_ids", True), ("positions", True), ("out_cache_loc", True),
+                            ("req_pool_indices", False), ("seq_lens", False)):
+        buffer = target.static_buffer(name)
+        if buffer is not None:
+            rows.append(f"`{name}`[:{padded}] = {buffer[:padded].tolist()}")
+    mrope = target.static_buffer("mrope_positions") if batch.mrope_positions else None
+    if mrope is not None:
+        rows.append(f"`mrope_positions`[:, :{padded}] = {mrope[:, :padded].tolist()} (the batch's "
+                    f"{batch.mrope_positions})")
+    return f"; static inputs (batch of {batch.batch_size} padded to {padded}): " + ", ".join(rows)
+
+
+def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
+    """Which of the Triton backend's graph metadata buffers differs from what the staged batch implies: the KV
+    index pointer (cumulative seq_lens of the padded batch, padded rows SGLang's fill value) and the KV indices
+    (each request's slots in order, a padded row the padding row's slot 0). A diagnosis, read after a failure."""
+    backend = target.attn_backend
+    padded = min(s for s in target.capture_bs if s >= batch.batch_size)
+    fill = backend.get_cuda_graph_seq_len_fill_value()
+    lens = list(batch.seq_lens) + [fill] * (padded - batch.batch_size)
+    indptr = [0]
+    for n in lens:
+        indptr.append(indptr[-1] + n)
+    indices = [slot for slots in target.pools.staged_slots for slot in slots] + [0] * (fill * (padded -
+                                                                                              batch.batch_size))
+    wrong = []
+    held = backend.kv_indptr[:padded + 1].tolist()
+    if held != indptr:
+        wrong.append(f"the Triton backend's `kv_indptr`[:{padded + 1}] holds {held} where the batch implies "
+                     f"{indptr}")
+    held = backend.cuda_graph_kv_indices[:len(indices)].tolist()
+    if held != indices:
+        wrong.append(f"its `cuda_graph_kv_indices`[:{len(indices)}] holds {held[:16]} where the batch's "
+                     f"req_to_token rows imply {indices[:16]}")
+    return ("; attention metadata: " + "; ".join(wrong)) if wrong else ""
+
+
+def padding_slot_in_use(target: RealModelTarget, batch: DecodeBatch) -> str:
+    """A padded replay's padded rows write their K/V into slot 0 (SGLang's padding slot, `out_cache_loc` padding);
+    a real request holding that slot (from the staged layout) is overwritten. A diagnosis only."""
+    padded = min(s for s in target.capture_bs if s >= batch.batch_size)
+    users = [i for i, slots in enumerate(target.pools.staged_slots) if 0 in slots]
+    if padded == batch.batch_size or not users:
+        return ""
+    extra = padded - batch.batch_size
+    return (f"; request(s) {users} of the batch hold KV slot 0, SGLang's padding slot, which the {extra} padded "
+            "row(s) of this replay write (the allocator handed the padding slot out)")
+
+
+def check_eager(target: RealModelTarget, staged: list[list[StagedBatch]]) -> None:
+    """Eager on the Triton backend equals SGLang's torch-native attention on the same staged cache, per batch (what
+    a family whose capture the device refuses can still be held to)."""
+    pools = target.pools
+    for step, group in enumerate(staged):
+        for which, item in enumerate(group):
+            batch = target.stage_item(item)
+            before = pools.snapshot()
+            eager = target.eager(batch).next_token_logits
+            pools.restore(before)
+            reference = target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits
+            try:
+                assert_matches_eager(eager, reference, exact=False)
+            except OracleFailure as failure:
+                raise OracleFailure(failure.oracle, f"eager {step}.{which} (seq_lens {batch.seq_lens}): the Triton "
+                                    f"backend differs from SGLang's torch-native attention over the same cache: "
+                                    f"{failure.diagnosis}", **failure.details) from None
+
+
+def check_replays(target: RealModelTarget, staged: list[list[StagedBatch]]) -> None:
+    """`staged`: per replay step, the batches replayed one after another on the same captured size (new inputs
+    each time, so stale buffers show). See the module docstring for what is compared."""
+    pools = target.pools
+    for step, group in enumerate(staged):
+        for which, item in enumerate(group):
+            batch = target.stage_item(item)
+            where = f"replay {step}.{which} (batch of {batch.batch_size}, seq_lens {batch.seq_lens}, pool rows " \
+                    f"{batch.pool_rows}, cache slots {batch.cache_slots})"
+            if not target.can_replay(batch):
+                raise OracleFailure("eager-equality", f"the runner refused {where} having captured "
+                                    f"{target.capture_bs}", batch=batch)
+            before = pools.snapshot()
+            mark = counter.mark()
+            output = target.replay(batch)
+            check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
+            got = output.next_token_logits[:batch.batch_size].clone()
+            after_replay = pools.snapshot()
+            pools.restore(before)
+            eager = target.eager(batch).next_token_logits
+            after_eager = pools.snapshot()
+            pools.restore(before)
+            reference = target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits
+            try:
+                assert_matches_eager(eager, reference, exact=False)
+            except OracleFailure as failure:
+                raise OracleFailure(failure.oracle, f"{where}: eager on the Triton backend differs from SGLang's "
+                                    f"torch-native attention over the same cache: {failure.diagnosis}",
+                                    **failure.details) from None
+            # bit-exact where replay runs the shapes eager runs; a padded batch's GEMMs have more rows, which
+            # changes float32 rounding, so it gets torch._dynamo.utils.same's tolerance
+            exact = batch.batch_size in target.capture_bs
+            try:
+                assert_matches_eager(got, eager, exact=exact)
+            except OracleFailure as failure:
+                cache = _cache_difference(pools, after_replay, after_eager, exact)
+                raise OracleFailure(failure.oracle, f"{where}: replay differs from eager: {failure.diagnosis}"
+                                    f"{'; the KV cache after the replay: ' + cache if cache else ''}"
+                                    f"{padding_slot_in_use(target, batch)}{stale_metadata(target, batch)}"
+                                    f"{static_input_report(target, batch)}",
+                                    **failure.details, capture_bs=target.capture_bs) from None
+            cache = _cache_difference(pools, after_replay, after_eager, exact)
+            if cache:
+                raise OracleFailure("eager-equality", f"{where}: the replay's logits equal eager's but the KV cache "
+                                    f"it leaves does not: {cache}{stale_metadata(target, batch)}"
+                                    f"{static_input_report(target, batch)}",
+                                    capture_bs=target.capture_bs)
+            check_padding_promises(target, batch, step)
+

@@ -1,0 +1,170 @@
+"""Real SGLang model classes under the decode runner's capture: draw capture sizes and decode batches, let SGLang's
+real `DecodeCudaGraphRunner` capture SGLang's own model class (tiny config, dummy weights) on SGLang's Triton
+attention backend (its kernels run by Triton's CPU interpreter and recorded as launches by the virtual device) over
+SGLang's real pools, replay drawn batches through the runner's `execute` twice per size with new inputs and a new
+cache, and check replay against eager of the same model on the same backend, eager against SGLang's torch-native
+attention, the KV cache each leaves, padded rows, graph counts, the `patch_model` contract, recompiles, capture
+legality and stream order (`harness/targets/decode/real_model.py`)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import Phase, example as hypothesis_example, given, settings, strategies as st
+
+from harness.counter import counter
+from harness.devices import cpu, get_device
+from harness.errors import PathMissing
+from harness.oracles import OracleFailure
+from harness.oracles.hooks import HookRecorder
+from harness.oracles.patch_contract import check_patch_model_contract
+from harness.models.real import FAMILIES
+from harness.oracles.recompile import RecompileWatcher
+from harness.profiles import suite_settings
+from harness.record import example
+from harness.targets.decode import real_model
+from harness.targets.decode.base import DecodeBatch, DecodeCase
+from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_eager, check_replays
+
+MAX_REQUESTS = 8  # pool rows 1..8 (row 0: SGLang's padding row)
+MAX_SEQ_LEN = 24
+
+
+@pytest.fixture(scope="module")
+def layout():
+    try:
+        return real_model.load()
+    except PathMissing as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="module")
+def device(device_name, personality, layout):
+    if device_name != "cpu" or personality != "cuda":
+        pytest.skip(f"the real-model suite runs on the cpu virtual device under the cuda personality, not "
+                    f"{device_name}/{personality}: its Triton kernels run by Triton's CPU interpreter")
+    found = get_device(device_name)
+    with found.install(personality):
+        yield found
+
+
+@st.composite
+def real_cases(draw):
+    """Capture sizes from a small grid (SGLang pads a batch to the next captured size)."""
+    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=2, unique=True), label="capture_bs")
+    return DecodeCase(capture_bs=tuple(sorted(sizes)), max_running_requests=MAX_REQUESTS)
+
+
+@st.composite
+def staged_batch(draw, batch_size: int):
+    """A decode batch: per request its seq_len (prefix in the cache plus this token), pool row, next input id; the
+    seed of the cached prefix."""
+    vocab = min(f.config["vocab_size"] for f in FAMILIES.values())
+    seq_lens = draw(st.lists(st.integers(1, MAX_SEQ_LEN), min_size=batch_size, max_size=batch_size))
+    rows = draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:batch_size]
+    ids = draw(st.lists(st.integers(0, vocab - 1), min_size=batch_size, max_size=batch_size))
+    batch = DecodeBatch(input_ids=ids, positions=[n - 1 for n in seq_lens], seq_lens=seq_lens,
+                        req_pool_indices=list(rows))
+    deltas = [draw(st.integers(1 - n, 0)) for n in seq_lens]  # an mRoPE family's: earlier image tokens' shift
+    return StagedBatch(batch, draw(st.integers(0, 2 ** 16)), deltas)
+
+
+@st.composite
+def real_examples(draw):
+    """A case and its replays: one or two replayed sizes (on a captured size or between two), each replayed twice
+    with new batches and a new cache."""
+    case = draw(real_cases())
+    sizes = draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes")
+    return case, [[draw(staged_batch(n), label="batch") for _ in range(2)] for n in sizes]
+
+
+def _batch(seq_lens, rows, ids, seed, deltas=None) -> StagedBatch:
+    return StagedBatch(DecodeBatch(input_ids=ids, positions=[n - 1 for n in seq_lens], seq_lens=seq_lens,
+                                   req_pool_indices=rows), seed, deltas)
+
+
+# capture 1 and 3, replay 2 requests (padded to 3) twice: long and short prefixes, rows out of order
+PADDED_BETWEEN_SIZES = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS),
+                        [[_batch([17, 5], [3, 6], [3, 120], 11, [-12, -3]),
+                          _batch([2, 24], [8, 1], [9, 64], 12, [0, -20])]])
+
+
+def run_example(ex, case, family, groups):
+    device = get_device("cpu")
+    device.reset()
+    hooks = HookRecorder()
+    with RecompileWatcher("real model decode forward") as watcher:
+        mark = counter.mark()
+        target = RealModelTarget(case, family=family, hooks=hooks)
+        captured = counter.since(mark)["num_graphs_captured"]
+        declared = FAMILIES[family].capture_refusal  # predicted from the family before the run
+        if declared is not None and not target.capture_refused:
+            raise OracleFailure("capture-legality", f"the {family} family declares its capture refused in "
+                                f"{declared[0]} ({declared[1]}), but the capture of {list(case.capture_bs)} succeeded")
+        if target.capture_refused:  # the family's known refusal (harness.models.real.FAMILIES): eager still checked
+            check_eager(target, groups)
+            ex.expected_error(target.capture_refused, rule=f"family-capture-refusal:{family}")
+            return target
+        watcher.arm()
+        check_patch_model_contract(target, hooks, target.layout, graphs_captured=captured)
+        ex.note("capture_bs", target.capture_bs)
+        ex.note("capture_seconds", round(target.capture_seconds, 3))
+        ex.note("capture_modes", sorted({c.mode for c in cpu.CAPTURES}))
+        ex.note("kernel_launches_recorded", [c.num_launches for c in cpu.CAPTURES])
+        ex.note("replayed", [("DECODE", group[0].batch.batch_size) for group in groups])
+        check_replays(target, groups)
+        watcher.check("a replay compiled a frame")
+    return target
+
+
+def _to_drawn(case, groups) -> dict:
+    return {"capture_bs": list(case.capture_bs), "groups": [[{
+        "seq_lens": s.batch.seq_lens, "pool_rows": s.batch.pool_rows, "input_ids": s.batch.input_ids,
+        "seed": s.seed, "mrope_deltas": s.mrope_deltas} for s in group] for group in groups]}
+
+
+CAPTURED = sorted(name for name, family in FAMILIES.items() if family.capture_refusal is None)
+REFUSED = sorted(name for name, family in FAMILIES.items() if family.capture_refusal is not None)
+
+
+def run_family(family, drawn):
+    case, groups = drawn
+    with example("real_models", family=family, **_to_drawn(case, groups)) as ex:
+        reason = real_model.family_missing(family)
+        if reason:
+            pytest.skip(reason)
+        run_example(ex, case, family, groups)
+
+
+# The gate runs the explicit example only (its first generated one would be the minimal case: one size, one
+# request of one token); nightly draws ten per family. Each example builds and captures a real model (seconds).
+GATE_EXPLICIT_ONLY = {"phases": [Phase.explicit]} if settings.get_current_profile_name() == "gate" else {}
+
+
+@pytest.mark.parametrize("family", CAPTURED)
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PADDED_BETWEEN_SIZES)
+@given(drawn=real_examples())
+def test_real_model_replay_matches_eager(family, drawn, device):
+    run_family(family, drawn)
+
+
+@pytest.mark.parametrize("family", REFUSED)
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PADDED_BETWEEN_SIZES)
+@given(drawn=real_examples())
+def test_refused_capture_is_the_declared_refusal_and_eager_matches(family, drawn, device):
+    """A family whose path the device cannot capture (`Family.capture_refusal`): the constructor's capture fails
+    at the declared SGLang site with CUDA's text (recorded as expected-error); eager is still checked."""
+    run_family(family, drawn)
+
+
+def replay_case(drawn: dict) -> None:
+    """One recorded example without Hypothesis or pytest (repro scripts, pinned regressions)."""
+    real_model.load()
+    case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)
+    groups = [[StagedBatch(DecodeBatch(input_ids=b["input_ids"], positions=[n - 1 for n in b["seq_lens"]],
+                                       seq_lens=b["seq_lens"], req_pool_indices=b["pool_rows"]), b["seed"],
+                           b.get("mrope_deltas"))
+               for b in group] for group in drawn["groups"]]
+    family = drawn.get("family", "dense")
+    with get_device("cpu").install("cuda"), example("real_models", **drawn) as ex:
+        run_example(ex, case, family, groups)

@@ -1,0 +1,103 @@
+"""Mutants of SGLang that only a real model on the real attention backend can see, in-process (the real module
+monkeypatched with pytest's MonkeyPatch, undone after): the real-model suite's check must fire naming the input,
+and clean SGLang must pass the same case.
+
+- triton_replay_skips_metadata_refresh: `TritonAttnBackend._init_forward_metadata_out_graph` does its work only in
+  capture, so at replay the captured decode kernels read the KV index pointer and indices planned for the capture's
+  dummy batch (stale graph metadata; the kind of bug a metadata-glue or planning change re-introduces). The tiny
+  decode model never runs this backend (its attention double plans its own metadata), so no tiny-model suite can
+  fail on it; here replay differs from eager and the diagnosis names `kv_indptr`, for each captured family.
+
+- allocator_hands_out_the_padding_slot: `TokenToKVPoolAllocator.clear` leaves slot 0 (the slot SGLang reserves
+  for the K/V that padded rows of a graph replay write) among the free slots, so a real request's token lands
+  there; a padded replay's dummy row then overwrites it before attention reads it, eager (unpadded) does not. The
+  tiny models use no KV pool; here the replay of 2 requests padded to 3 differs from eager and the diagnosis names
+  the request holding slot 0.
+
+In-process rather than a subprocess mutant run: the edit is a wrapper around SGLang's own method, and the model
+build and a one-size capture cost a few seconds, where a fresh interpreter importing SGLang costs tens.
+"""
+from __future__ import annotations
+
+import pytest
+
+from harness.devices import get_device
+from harness.oracles import OracleFailure
+from harness.targets.decode.base import DecodeBatch, DecodeCase
+from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, family_missing, load
+
+# one captured size, one replay with prefixes longer than the capture's dummy batch reads
+CASE = DecodeCase(capture_bs=(2,), max_running_requests=8)
+REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[8, 3], seq_lens=[9, 4], req_pool_indices=[4, 2]),
+                        seed=7)]]
+
+
+# the dense family in every self-test run; the MLA and mRoPE VLM families (the same backend, MLA's latent pool and
+# kernel tiling, the VLM's mRoPE positions) are slow: each builds and captures its own model
+FAMILIES = ["dense", pytest.param("mla", marks=pytest.mark.slow), pytest.param("vlm", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request):
+    load()
+    reason = family_missing(request.param)
+    if reason:
+        pytest.skip(reason)
+    with get_device("cpu").install("cuda"):
+        yield request.param
+
+
+def run_case(family: str) -> None:
+    target = RealModelTarget(CASE, family=family)
+    check_replays(target, REPLAYS)
+
+
+def test_clean_sglang_passes_the_real_model_check(family):
+    run_case(family)
+
+
+def test_triton_replay_skips_metadata_refresh_fails_naming_kv_indptr(family, monkeypatch):
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    real = TritonAttnBackend._init_forward_metadata_out_graph
+
+    def capture_only(self, forward_batch, in_capture):
+        if in_capture:
+            real(self, forward_batch, in_capture)
+
+    monkeypatch.setattr(TritonAttnBackend, "_init_forward_metadata_out_graph", capture_only)
+    with pytest.raises(OracleFailure) as failure:
+        run_case(family)
+    assert failure.value.oracle == "eager-equality"
+    diagnosis = failure.value.diagnosis
+    assert "replay differs from eager" in diagnosis
+    assert "the Triton backend's `kv_indptr`[:3] holds [0, 1, 2] where the batch implies [0, 9, 13]" in diagnosis
+
+
+# two requests padded to the captured 3: the padded row writes slot 0
+PADDED_CASE = DecodeCase(capture_bs=(3,), max_running_requests=8)
+PADDED_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[8, 3], seq_lens=[9, 4],
+                                           req_pool_indices=[4, 2]), seed=7)]]
+
+
+def test_clean_sglang_passes_a_padded_replay(family):
+    check_replays(RealModelTarget(PADDED_CASE, family=family), PADDED_REPLAYS)
+
+
+def test_allocator_handing_out_the_padding_slot_fails_naming_the_request(family, monkeypatch):
+    import torch
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+
+    real = TokenToKVPoolAllocator.clear
+
+    def padding_slot_free(self):
+        real(self)
+        self.free_pages = torch.cat([torch.zeros(1, dtype=self.free_pages.dtype), self.free_pages])
+
+    monkeypatch.setattr(TokenToKVPoolAllocator, "clear", padding_slot_free)
+    with pytest.raises(OracleFailure) as failure:
+        check_replays(RealModelTarget(PADDED_CASE, family=family), PADDED_REPLAYS)
+    assert failure.value.oracle == "eager-equality"
+    diagnosis = failure.value.diagnosis
+    assert "replay differs from eager" in diagnosis
+    assert "request(s) [0] of the batch hold KV slot 0, SGLang's padding slot, which the 1 padded row(s)" in diagnosis
