@@ -234,11 +234,6 @@ def test_overlap_war_barrier_orders_shared_writes(reads, case, data, device, per
     staging write; the attention double declares where its reads of the table end (each SharedReadEnds).
     stream-order judges the read-done events; the publication is derived from the declaration: an event per replay
     for PRE/IN/POST (IN resolves to POST off CUDA: no in-graph marker event), none for UNKNOWN (wait_stream)."""
-    missing = overlap.missing()
-    if missing:
-        pytest.skip(missing)
-    if personality != "cuda" or not device.counts_graphs:
-        pytest.skip("the overlap WAR barrier is driven on the virtual device's streams, CUDA personality")
     case = dataclasses.replace(case, shared_reads=reads)
     loops = []
 
@@ -247,6 +242,11 @@ def test_overlap_war_barrier_orders_shared_writes(reads, case, data, device, per
         return loops[-1].wrap(replay)
 
     with example("decode_overlap", personality=personality, **case.drawn()) as ex:
+        missing = overlap.missing()
+        if missing:
+            pytest.skip(missing)
+        if personality != "cuda" or not device.counts_graphs:
+            pytest.skip("the overlap WAR barrier is driven on the virtual device's streams, CUDA personality")
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex, checked=in_overlap_order)
         published = loops[0].published
         expected = ["none" if reads == "UNKNOWN" else "event"] * len(published)

@@ -36,7 +36,7 @@ def missing() -> Optional[str]:
         scheduler = load(SCHEDULER_MODULE).Scheduler
         base = load("sglang.srt.layers.attention.base_attn_backend")
     except ImportError as error:  # a release whose scheduler imports what this environment lacks
-        return f"SGLang {sglang_version()}: {SCHEDULER_MODULE} does not import here ({error})"
+        return f"SGLang {sglang_version()} has no importable {SCHEDULER_MODULE} here ({error}): no overlap WAR barrier"
     if not hasattr(scheduler, "_apply_war_barrier"):
         return f"SGLang {sglang_version()} has no Scheduler._apply_war_barrier: no overlap WAR barrier to drive"
     if not hasattr(base, "SharedReadEnds"):
