@@ -294,13 +294,18 @@ def check_eager(target: RealModelTarget, staged: list[list[StagedBatch]]) -> Non
             before = pools.snapshot()
             eager = target.eager(batch).next_token_logits
             pools.restore(before)
-            reference = target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits
-            try:
-                assert_matches_eager(eager, reference, exact=False)
-            except OracleFailure as failure:
-                raise OracleFailure(failure.oracle, f"eager {step}.{which} (seq_lens {batch.seq_lens}): the Triton "
-                                    f"backend differs from SGLang's torch-native attention over the same cache: "
-                                    f"{failure.diagnosis}", **failure.details) from None
+            check_eager_against_reference(target, batch, eager, f"eager {step}.{which} (seq_lens {batch.seq_lens})")
+
+
+def check_eager_against_reference(target: RealModelTarget, batch, eager: torch.Tensor, where: str) -> None:
+    """Eager on the Triton backend equals SGLang's torch-native attention over the same cache (restored before)."""
+    reference = target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits
+    try:
+        assert_matches_eager(eager, reference, exact=False)
+    except OracleFailure as failure:
+        raise OracleFailure(failure.oracle, f"{where}: eager on the Triton backend differs from SGLang's "
+                            f"torch-native attention over the same cache: {failure.diagnosis}",
+                            **failure.details) from None
 
 
 def check_replays(target: RealModelTarget, staged: list[list[StagedBatch]]) -> None:
@@ -325,13 +330,7 @@ def check_replays(target: RealModelTarget, staged: list[list[StagedBatch]]) -> N
             eager = target.eager(batch).next_token_logits
             after_eager = pools.snapshot()
             pools.restore(before)
-            reference = target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits
-            try:
-                assert_matches_eager(eager, reference, exact=False)
-            except OracleFailure as failure:
-                raise OracleFailure(failure.oracle, f"{where}: eager on the Triton backend differs from SGLang's "
-                                    f"torch-native attention over the same cache: {failure.diagnosis}",
-                                    **failure.details) from None
+            check_eager_against_reference(target, batch, eager, where)
             # bit-exact where replay runs the shapes eager runs; a padded batch's GEMMs have more rows, which
             # changes float32 rounding, so it gets torch._dynamo.utils.same's tolerance
             exact = batch.batch_size in target.capture_bs
