@@ -26,10 +26,12 @@ PASTED_0_5_9 = """\
     scheduler.event_loop_overlap()
   File "/usr/local/lib/python3.11/site-packages/sglang/srt/model_executor/model_runner.py", line 2143, in forward
     output = self._forward_raw(
-  File "/usr/local/lib/python3.11/site-packages/sglang/srt/model_executor/piecewise_cuda_graph_runner.py", line 563, in replay
+  File "/usr/local/lib/python3.11/site-packages/sglang/srt/model_executor/piecewise_cuda_graph_runner.py", \
+line 563, in replay
     output = self.model_runner.model.forward(
   File "/usr/local/lib/python3.11/site-packages/sglang/srt/compilation/cuda_piecewise_backend.py", line 111, in __call__
-    assert get_pcg_capture_stream() is not None, "PCG capture stream is not set, please check if runtime recompilation happened"
+    assert get_pcg_capture_stream() is not None, \
+"PCG capture stream is not set, please check if runtime recompilation happened"
 AssertionError: PCG capture stream is not set, please check if runtime recompilation happened
 """
 

@@ -80,6 +80,18 @@ def selftest(options, extra: list[str]) -> int:
     return _pytest(["tests", "-q", "-rfEs", *spread] + extra)
 
 
+def oracles(options, extra: list[str]) -> int:
+    """The oracle registry as docs/oracles.md's table (`--write-docs`: written there)."""
+    from harness.oracles import registry
+
+    if options.write_docs:
+        registry.write_docs()
+        print(f"wrote the table of {len(registry.ORACLES)} oracles into {registry.DOCS}")
+    else:
+        print(registry.markdown_table())
+    return 0
+
+
 def targets(options, extra: list[str]) -> int:
     from harness import registry
     from harness.compat import prepare_torchvision
@@ -142,7 +154,7 @@ def mutate(options, extra: list[str]) -> int:
             raise HarnessError("--edits judges the given edits; --functions draws mutants: give one of them")
         rows = run_mutate(Request(sglang_dir, root, report_dir, options.count, options.seed, options.functions,
                                   options.workers, options.budget, options.timeout, options.thorough,
-                                  Path(options.edits) if options.edits else None, options.warm))
+                                  Path(options.edits) if options.edits else None, not options.cold))
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -213,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)
     commands.add_parser("targets", help="which targeted SGLang paths the installed release has").set_defaults(
         handler=targets)
+    table = commands.add_parser("oracles", help="the oracle registry, as docs/oracles.md's table")
+    table.add_argument("--write-docs", action="store_true", help="write it into docs/oracles.md")
+    table.set_defaults(handler=oracles)
     again = commands.add_parser("repro", help="reproduce a reported crash from a log, traceback or failure record")
     again.add_argument("file", help="a pasted log or traceback, or a line of a run's failures.jsonl")
     again.add_argument("--budget", type=float, default=300.0, help="seconds to search (default 300)")
@@ -237,9 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     change.add_argument("--edits", default=None, metavar="FILE",
                         help='judge these text edits instead of drawn mutants: a JSON list of {"file", "old", "new"} '
                              "(file inside the sglang package), e.g. the reverse of a fix about to be merged")
-    change.add_argument("--warm", action="store_true",
-                        help="fork each mutant run from a warm parent that imported torch, Hypothesis, pytest and the "
-                             "harness once (never SGLang), instead of a fresh interpreter per run")
+    change.add_argument("--cold", action="store_true",
+                        help="start a fresh interpreter for each mutant run (default: fork it from a warm parent per "
+                             "worker that imported torch, Hypothesis, pytest and SGLang's third-party imports, never "
+                             "SGLang)")
     change.set_defaults(handler=mutate)
     search = commands.add_parser("bisect", help="the first commit of an SGLang checkout where a test fails")
     search.add_argument("--tree", required=True, help="a git checkout of SGLang (only read: never checked out)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 
 @dataclasses.dataclass
@@ -29,15 +29,15 @@ class Counter:
     # FX graphs compiled by the npu personality's compile backends (the platform's npugraph_ex hook, torchair's)
     num_platform_backend_compiles: int = 0
 
-    def clone(self) -> "Counter":
+    def clone(self) -> Counter:
         return dataclasses.replace(self)
 
-    def mark(self) -> "Counter":
+    def mark(self) -> Counter:
         """A snapshot to pass to `since()` later."""
         count_dynamo_compiles()
         return self.clone()
 
-    def since(self, mark: "Counter") -> dict[str, int]:
+    def since(self, mark: Counter) -> dict[str, int]:
         """Each count's growth since `mark`."""
         return {f.name: getattr(self, f.name) - getattr(mark, f.name) for f in dataclasses.fields(self)}
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from harness.errors import HarnessError
 from harness.versions import require_sglang

@@ -13,7 +13,7 @@ import json
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -37,7 +37,7 @@ class Run:
     report_dir: Path
     example_timeout: float
     context: dict = dataclasses.field(default_factory=dict)  # what every record carries: versions, seed, run id
-    worker: Optional[str] = None  # this xdist worker's id; None in the controller and without xdist
+    worker: str | None = None  # this xdist worker's id; None in the controller and without xdist
     controller: bool = False  # the xdist controller, whose workers drive SGLang
     coverage: Any = None  # an SGLangCoverage with --sglang-coverage
     reproductions: dict[str, str] = dataclasses.field(default_factory=dict)  # nodeid -> its @reproduce_failure
@@ -99,6 +99,7 @@ def pytest_sessionstart(session):
     from harness import record
     from harness.compat import prepare_torchvision
     from harness.devices import prepare as prepare_device
+    from harness.devices.gc_policy import freeze_heap
     from harness.repro import RECORD_FORMAT
     from harness.versions import versions
 
@@ -109,11 +110,13 @@ def pytest_sessionstart(session):
     _pin_worker_to_its_device(device, run.worker)
     prepare_torchvision()  # before anything imports SGLang (transformers imports torchvision)
     sgl_kernel = prepare_device(device)  # likewise
+    collections = freeze_heap(device)  # SGLang's capture-time collections scan only what is made from here on
     inherited = config.workerinput.get(WORKER_INPUT, {}) if run.worker else {}
     run.context = {"record_format": RECORD_FORMAT, "run_id": inherited.get("run_id") or _fresh_run_id(),
                    "device": device, "personality": config.getoption(PERSONALITY),
                    "profile": config.getoption(PROFILE), "seed": _seed(config, inherited.get("seed")),
-                   **versions(), "sgl_kernel": sgl_kernel, "stream_order": stream_order_state(device)}
+                   **versions(), "sgl_kernel": sgl_kernel, "stream_order": stream_order_state(device),
+                   "gc": collections}
     record.configure(run.report_dir, run.context, run.example_timeout, run.worker)
     if config.getoption(SGLANG_COVERAGE):
         from harness.sglang_coverage import SGLangCoverage
@@ -134,7 +137,7 @@ def stream_order_state(device: str) -> str:
     return "on" if stream_order.enabled() else f"off ({stream_order.off_reason()})"
 
 
-def _xdist_role(session) -> tuple[Optional[str], bool]:
+def _xdist_role(session) -> tuple[str | None, bool]:
     """(this worker's id or None, whether this is the controller), as pytest-xdist says; (None, False) without it."""
     if not session.config.pluginmanager.has_plugin("xdist"):
         return None, False
@@ -150,7 +153,7 @@ def _fresh_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def _seed(config, inherited: Optional[int]) -> int:
+def _seed(config, inherited: int | None) -> int:
     """Every run forces a seed, so every failure record can name it: --hypothesis-seed, else (in a worker) the
     controller's, else HARNESS_SEED, else gate 0 (the same examples on every run) or nightly a fresh one."""
     import os
@@ -173,7 +176,7 @@ def _seed(config, inherited: Optional[int]) -> int:
 _VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 
 
-def _pin_worker_to_its_device(device: str, worker: Optional[str]) -> None:
+def _pin_worker_to_its_device(device: str, worker: str | None) -> None:
     """Under xdist on hardware, worker gwN uses accelerator N (modulo those visible), so one worker per GPU or
     NPU never shares one: by narrowing the visible list when one is set (before the runtime initialises),
     else by selecting the current device."""
@@ -273,7 +276,7 @@ def personality(pytestconfig) -> str:
     return pytestconfig.getoption(PERSONALITY)
 
 
-def replay_command(run: Run, nodeid: str, blob: Optional[str], personality: Optional[str] = None) -> str:
+def replay_command(run: Run, nodeid: str, blob: str | None, personality: str | None = None) -> str:
     """`personality`: the one the test ran under where its suite fixes it (default: the run's)."""
     ctx = run.context
     words = ["python", "-m", "pytest", nodeid, DEVICE, ctx["device"], PERSONALITY, personality or ctx["personality"],

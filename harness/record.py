@@ -15,7 +15,7 @@ import os
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from harness.errors import HarnessError
 from harness.oracles import OracleFailure, capture_legality, stream_order
@@ -26,9 +26,9 @@ class Sink:
     """Where this process's records go: `path` (None: nowhere), the run-wide `context` each record carries, the
     report directory for the in-flight marker, `timeout` seconds (0: none) before a hung example ends its process,
     and the `process` name (`main`, or the xdist worker's id) in the marker's and the hang dump's file names."""
-    path: Optional[Path] = None
+    path: Path | None = None
     context: dict = dataclasses.field(default_factory=dict)
-    dir: Optional[Path] = None
+    dir: Path | None = None
     timeout: float = 0.0
     process: str = "main"
 
@@ -110,7 +110,7 @@ class Example:
         self.notes: dict[str, Any] = {}
         self.verdict = "pass"
         self.reason = ""
-        self.rule: Optional[str] = None
+        self.rule: str | None = None
 
     def note(self, key: str, value: Any) -> None:
         self.notes[key] = value
@@ -124,7 +124,7 @@ class Example:
                                "refusal from the case before the run")
         self.verdict, self.reason, self.rule = "expected-error", reason, rule
 
-    def audit_refusal(self, rule, *, refused: Optional[str], oracle: str, what: str, **evidence) -> None:
+    def audit_refusal(self, rule, *, refused: str | None, oracle: str, what: str, **evidence) -> None:
         """Judge SGLang's answer against `rule` (a (name, reason) computed from the case before the run, None: the
         rules call the case valid). `refused`: SGLang's refusal in words, None when it served the case. Refused and
         predicted: an expected error under the rule's name; refused unpredicted, or predicted and served: a failure

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Mapping, Optional
+from typing import Any
+from collections.abc import Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Picture:
     batches)."""
     x: str
     y: str
-    note: Optional[str] = None
+    note: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Suite:
     name: str
     paths: tuple[str, ...]
     target: str
-    records: Mapping[str, Optional[Picture]]  # None: the grid of the first two scalar drawn values
+    records: Mapping[str, Picture | None]  # None: the grid of the first two scalar drawn values
     coverage: tuple[str, ...]
     personality_coverage: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
@@ -114,7 +115,7 @@ def get(name: str) -> Suite:
     raise KeyError(f"no suite {name!r}; the harness has {', '.join(s.name for s in SUITES)}")
 
 
-def suite_of(record: dict) -> Optional[Suite]:
+def suite_of(record: dict) -> Suite | None:
     """The suite a record (an examples.jsonl or failures.jsonl line) belongs to: by its test's file, else by
     the `suite` it recorded."""
     test = record.get("test", "")
@@ -124,12 +125,12 @@ def suite_of(record: dict) -> Optional[Suite]:
     return None
 
 
-def picture(recorded: str) -> Optional[Picture]:
+def picture(recorded: str) -> Picture | None:
     """How the report draws the examples recorded as `recorded` (None: the first two scalar drawn values)."""
     return next((s.records[recorded] for s in SUITES if s.records.get(recorded)), None)
 
 
-def coverage_rows() -> dict[str, tuple[Suite, Optional[str], tuple[str, ...]]]:
+def coverage_rows() -> dict[str, tuple[Suite, str | None, tuple[str, ...]]]:
     """Each row coverage.jsonl holds: its name -> (suite, the personality it needs or None, targeted code)."""
     rows = {}
     for suite in SUITES:

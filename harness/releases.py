@@ -18,6 +18,7 @@ from harness.record import read_records
 from harness.versions import parse
 
 REPO = Path(__file__).resolve().parent.parent
+RELEASE_LIST = REPO / "requirements" / "releases.txt"
 ENVS_VARIABLE = "HARNESS_RELEASE_ENVS"
 SUITE = "suites/test_prefill_pcg.py"
 BUG2_ORACLES = ("no-recompile", "capture-stream", "graph-replay")
@@ -25,6 +26,16 @@ FIXED_IN = (0, 5, 10)  # first release that maps MIXED to EXTEND before the piec
 # Variables a parent harness run sets that must not leak into the release's run.
 _PARENT_ONLY = ("PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST", "HARNESS_CONDITIONS", "HARNESS_MUTANT",
                 "HARNESS_SEED")
+
+
+def checked_releases() -> tuple[str, ...]:
+    """The releases CI checks (requirements/releases.txt), oldest first, each with its pins file."""
+    versions = tuple(line.strip() for line in RELEASE_LIST.read_text().splitlines()
+                     if line.strip() and not line.startswith("#"))
+    missing = [v for v in versions if not (REPO / "requirements" / f"sglang-{v}.txt").exists()]
+    if missing:
+        raise ValueError(f"{RELEASE_LIST} lists {missing} without requirements/sglang-<version>.txt")
+    return tuple(sorted(versions, key=parse))
 
 
 def envs_dir() -> Path:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from harness import known_findings, registry
 from harness.errors import HarnessError
@@ -174,7 +174,7 @@ def launch_flags(text: str) -> dict[str, list[str]]:
     return flags
 
 
-def launch_suite(text: str) -> Optional[str]:
+def launch_suite(text: str) -> str | None:
     """The suite the launch command's flags point at, or None: the piecewise prefill graphs, else decode's
     torch.compile."""
     flags = launch_flags(text)
@@ -185,13 +185,13 @@ def launch_suite(text: str) -> Optional[str]:
     return None
 
 
-def _number(values: list[str]) -> Optional[int]:
+def _number(values: list[str]) -> int | None:
     return int(values[0]) if values and values[0].isdigit() else None
 
 
 # flag (and its aliases) -> (condition name, values from the flag's values): the names are the drawn values of the
 # suites' cases (DecodeCase, PrefillCase, ForwardMode); whether a suite's strategies narrow by one is read from them.
-LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], Optional[list]]], ...] = (
+LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list | None]], ...] = (
     (("--lora-paths", "--enable-lora"), "lora", lambda v: [True]),
     (("--cuda-graph-max-bs",), "default_max_bs", lambda v: [_number(v)] if _number(v) else None),
     (("--cuda-graph-bs",), "capture_bs", lambda v: [[int(n) for n in v if n.isdigit()]] if v else None),
@@ -232,7 +232,7 @@ def strategy_names(suite: str) -> set[str]:
 SEARCH_OPTIONS = {"decode_capture": {"personality": "--personality"}}  # conditions search hands pytest as options
 
 
-def architecture(text: str) -> Optional[str]:
+def architecture(text: str) -> str | None:
     """The model architecture the log names (`architectures=['Qwen2MoeForCausalLM']`, a printed class name)."""
     found = re.search(r"architectures=\[\s*['\"](\w+)['\"]", text) or re.search(
         r"\b([A-Z]\w+For(?:CausalLM|ConditionalGeneration))\b", text)
@@ -245,7 +245,7 @@ def launch_conditions(text: str, suite: str, logged: dict) -> tuple[dict, list[s
     flags, names = launch_flags(text), strategy_names(suite)
     derived, notes = {}, []
 
-    def offer(name: str, values: list, source: str, why: Optional[str] = None) -> None:
+    def offer(name: str, values: list, source: str, why: str | None = None) -> None:
         if name in logged:
             notes.append(f"{source} -> {name}={values}: ignored, the log itself names {name}={logged[name]}")
         elif why is None and name in names:
@@ -328,7 +328,7 @@ class Signature:
     suite: Callable[[str], str]
     conditions: Callable[[str], dict]
     oracles: frozenset = frozenset()  # the oracles whose failure is this signature (a known finding's must be one)
-    evidence: Optional[Callable[[str], dict]] = None  # what the log says beyond the conditions (a break's site)
+    evidence: Callable[[str], dict] | None = None  # what the log says beyond the conditions (a break's site)
 
 
 CAPTURE_GRAPH_FAILED = (r"Capture (cuda|npu)? ?graph failed|Piecewise CUDA Graph failed with error|"

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Optional
 
 from harness.registry import coverage_rows
 
@@ -28,7 +27,7 @@ def _function_lines(path: Path, name: str) -> set[int] | None:
     return None
 
 
-def harness_commit() -> Optional[str]:
+def harness_commit() -> str | None:
     """The harness checkout's commit (None outside git): a line map from another commit may map other tests."""
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,

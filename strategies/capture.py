@@ -143,9 +143,9 @@ def replay_batches(draw, case: DecodeCase, capture_bs: list[int], *, max_batches
 
 @st.composite
 def spec_settings(draw) -> SpecSettings:
-    """Speculative settings as users give them: the algorithm (EAGLE, STANDALONE, NGRAM, DFLASH), steps, top-k, and draft
-    tokens (steps + 1 for a chain, top-k 1; up to steps x top-k + 1 for a tree), kept small so a verify batch fits
-    the static buffers."""
+    """Speculative settings as users give them: the algorithm (EAGLE, STANDALONE, NGRAM, DFLASH), steps, top-k, and
+    draft tokens (steps + 1 for a chain, top-k 1; up to steps x top-k + 1 for a tree), kept small so a verify batch
+    fits the static buffers."""
     steps = draw(st.integers(1, 3))
     topk = draw(st.sampled_from([1, 1, 2]))
     tokens = steps + 1 if topk == 1 else draw(st.integers(2, min(steps * topk + 1, 5)))

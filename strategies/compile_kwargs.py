@@ -47,7 +47,7 @@ class CompileCase:
     comm_overlap: bool = False  # enable_inductor_compute_comm_overlap, as the denoising stage passes it
 
     @classmethod
-    def from_drawn(cls, drawn: dict) -> "CompileCase":
+    def from_drawn(cls, drawn: dict) -> CompileCase:
         """Rebuild a case from its record (the callable backend is recorded by name)."""
         backend = recording_backend if drawn["backend"] == recording_backend.__name__ else drawn["backend"]
         return cls(**{**drawn, "backend": backend, "module": ModuleSpec(**drawn["module"])})

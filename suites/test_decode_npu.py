@@ -15,9 +15,9 @@ from harness.targets import decode
 from harness.targets.decode.planned import KINDS
 from strategies.capture import decode_cases
 from strategies.switches import npu_batches, npu_cases
-from suites.test_decode_capture import (  # noqa: F401 - the fixtures and the pinned finding, here under npu
-    PLANNED_AHEAD_THEN_STALE_MARK, capture_and_check, device, drawn_batches, drawn_kinds, layout, mrope_case,
-    run_dllm, run_switched, skip_without_speculative, test_findings_npu_dflash_preplanned_verify_crashes,
+from suites.decode_common import (
+    PLANNED_AHEAD_THEN_STALE_MARK, capture_and_check, drawn_batches, drawn_kinds, mrope_case,
+    npu_dflash_preplanned_verify, run_dllm, run_switched, skip_without_speculative,
 )
 
 
@@ -117,3 +117,8 @@ def test_npu_standin_matches_the_real_torch_npu():
         ex.note("compared", {"signatures": len(contract.signatures), "sglang_uses": len(contract.uses),
                              "provided": len(contract.provided)})
         ex.note("unchecked", contract.unchecked[:20])
+
+
+def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layout):
+    """The decode suite's finding (`suites/test_decode_capture.py`), here under the npu personality."""
+    npu_dflash_preplanned_verify(device, personality, layout)

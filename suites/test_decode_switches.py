@@ -24,8 +24,7 @@ from strategies.ragged import draft_batches, draft_cases
 from strategies.switches import (
     dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, prefilled_batches, profile_cases,
 )
-from suites.test_decode_capture import (  # noqa: F401 - the fixtures
-    device, layout, run_switched, skip_without_draft, skip_without_speculative)
+from suites.decode_common import run_switched, skip_without_draft, skip_without_speculative
 
 
 @suite_settings(gate_examples=3, shrink_in_gate=False)

@@ -1,14 +1,54 @@
-"""Shared by the mutant self-tests: run a suite on a mutated scratch copy of SGLang and read its verdict."""
+"""Shared by the mutant self-tests: run a suite on a mutated scratch copy of SGLang and read its verdict.
+
+Each run is forked from a warm parent (`harness.mutate.warm`, one per interpreter and test process) that has
+imported torch, pytest, Hypothesis and SGLang's third-party imports, never SGLang: a run then costs its own SGLang
+import (3 s) and its examples, not the 20 s of a cold interpreter. HARNESS_COLD_MUTANTS=1 starts each afresh.
+"""
 from __future__ import annotations
 
+import atexit
+import dataclasses
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from harness.errors import HarnessError
 from harness.mutants import Edit, device_args, run_pytest, scratch_sglang
+from harness.mutate.warm import WarmWorker
+from harness.oracles.registry import require
 from harness.record import read_records
+
+_WARM: dict[str, WarmWorker] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """One row of a mutant table: `edits` applied to a scratch copy of SGLang, the suite `test` run on it (with
+    `extra` options, or `-k select`), and what its first failure record must say: `oracle` (a registered one,
+    checked when the table is built, or "crash": SGLang raised, no oracle judged) with every one of `texts` in its
+    diagnosis and of `details` in its details."""
+    edits: list[Edit]
+    oracle: str
+    texts: list[str]
+    test: str = ""
+    extra: tuple[str, ...] = ()
+    select: str = ""
+    details: list[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        if self.oracle != "crash":
+            require(self.oracle)
+
+
+def _warm_worker(python: Path | None) -> WarmWorker:
+    key = str(python or sys.executable)
+    if key not in _WARM:
+        _WARM[key] = WarmWorker(python=key)
+        atexit.register(_WARM[key].close)
+    return _WARM[key]
 
 
 def sglang_package(python: Path) -> str:
@@ -30,13 +70,24 @@ def run_suite_on_mutant(suite: str, name: str, edits: list[Edit], report_dir: Pa
         root = scratch_sglang(edits, base=base) if edits else None
     except HarnessError as error:
         pytest.skip(f"mutant {name} does not apply to the installed SGLang: {error}")
-    return run_pytest([suite, "-x", "-q", "--report-dir", str(report_dir), *device_args(), *extra], sglang_root=root,
-                      mutant=name, timeout=timeout, python=str(python) if python is not None else None)
+    args = [suite, "-x", "-q", "--report-dir", str(report_dir), *device_args(), *extra]
+    if os.environ.get("HARNESS_COLD_MUTANTS") == "1":
+        return run_pytest(args, sglang_root=root, mutant=name, timeout=timeout,
+                          python=str(python) if python is not None else None)
+    return _warm_worker(python).run(args, sglang_root=root, timeout=timeout, mutant=name,
+                                    output=report_dir / "pytest-output.txt")
 
 
 def failure_records(report_dir: Path) -> list[dict]:
     """The run's failure records (`failures.jsonl`), first failure first."""
     return read_records(report_dir / "failures.jsonl")
+
+
+def assert_caught(name: str, mutant: Mutant, report_dir: Path, extra: tuple[str, ...] = (),
+                  timeout: float = 600) -> dict:
+    """`assert_mutant_fails` for a table row: its test, edits, options, oracle and texts."""
+    return assert_mutant_fails(mutant.test, name, mutant.edits, report_dir, mutant.oracle, mutant.texts,
+                               extra=(*mutant.extra, *extra), timeout=timeout)
 
 
 def assert_mutant_fails(test: str, name: str, edits: list[Edit], report_dir: Path, oracle: str, texts: list[str],

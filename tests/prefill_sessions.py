@@ -2,7 +2,7 @@
 that names what is missing (no virtual device, no prefill path, a backend the release lacks)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -10,7 +10,7 @@ from harness.devices import get_device
 from harness.errors import PathMissing
 
 
-def cpu_prefill_layout(backend: Optional[str] = None) -> Any:
+def cpu_prefill_layout(backend: str | None = None) -> Any:
     """The layout, with prefill sessions set to the virtual device and none open; skips naming the gap."""
     from harness.targets import prefill
     from harness.targets.prefill.session import PrefillSession

@@ -16,6 +16,8 @@ import pytest
 from harness.mutants import REPO_ROOT, scratch_sglang
 from tests.test_decode_mutants import BUG1, STATIC
 
+pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
+
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout

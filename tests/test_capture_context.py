@@ -6,7 +6,7 @@ import pytest
 
 from harness.models.capture_queries import Answer
 from harness.oracles import OracleFailure, capture_context
-from tests.mutant_runs import assert_mutant_fails, run_suite_on_mutant
+from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
 
 CAPTURE_MODE = "srt/model_executor/runner_utils/capture_mode.py"
 DECODE_RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
@@ -44,37 +44,39 @@ def test_promises_follow_the_path():
     assert not capture_context.promised("prefill", "tc_piecewise", lora=True)
 
 
-# name -> (suite node, edits, texts the diagnosis must hold)
 MUTANTS = {
     # The decode runner captures outside model_capture_mode(): LoRA kernel recording, dispose_tensor and
     # compile_in_capture_mode all see "not capturing" inside the graph.
-    "decode_capture_outside_capture_mode": (
-        "suites/test_decode_capture.py::test_replay_matches_eager_and_patch_model_contract",
-        [(DECODE_RUNNER, "            with model_capture_mode():\n                self.capture()",
-          "            if True:\n                self.capture()")],
-        ["get_is_capture_mode() answered False", "DecodeModel.forward", "decode runner"]),
+    "decode_capture_outside_capture_mode": Mutant(
+        test="suites/test_decode_capture.py::test_replay_matches_eager_and_patch_model_contract",
+        edits=[(DECODE_RUNNER, "            with model_capture_mode():\n                self.capture()",
+                "            if True:\n                self.capture()")],
+        oracle="capture-context",
+        texts=["get_is_capture_mode() answered False", "DecodeModel.forward", "decode runner"]),
     # The capture-mode query forgets breakable captures (which do not enter model_capture_mode).
-    "query_forgets_breakable_capture": (
-        "suites/test_prefill_pcg.py::test_live_backends[breakable]",
-        [(CAPTURE_MODE, "return is_capture_mode or is_in_breakable_cuda_graph()", "return is_capture_mode")],
-        ["get_is_capture_mode() answered False", "PrefillLayer[", "breakable backend"]),
+    "query_forgets_breakable_capture": Mutant(
+        test="suites/test_prefill_pcg.py::test_live_backends[breakable]",
+        edits=[(CAPTURE_MODE, "return is_capture_mode or is_in_breakable_cuda_graph()", "return is_capture_mode")],
+        oracle="capture-context",
+        texts=["get_is_capture_mode() answered False", "PrefillLayer[", "breakable backend"]),
     # model_capture_mode() never turns the flag off: the eager forwards after capture take capture-only branches.
-    "capture_mode_left_on": (
-        "suites/test_decode_capture.py::test_replay_matches_eager_and_patch_model_contract",
-        [(CAPTURE_MODE, "        is_capture_mode = False\n        get_flags().capture.disable_dispose_tensor = False",
-          "        get_flags().capture.disable_dispose_tensor = False")],
-        ["get_is_capture_mode() answered True", "while the harness ran an eager"]),
+    "capture_mode_left_on": Mutant(
+        test="suites/test_decode_capture.py::test_replay_matches_eager_and_patch_model_contract",
+        edits=[(CAPTURE_MODE, "        is_capture_mode = False\n"
+                              "        get_flags().capture.disable_dispose_tensor = False",
+                "        get_flags().capture.disable_dispose_tensor = False")],
+        oracle="capture-context",
+        texts=["get_is_capture_mode() answered True", "while the harness ran an eager"]),
 }
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_caught_by_capture_context(name, tmp_path):
-    node, edits, texts = MUTANTS[name]
-    assert_mutant_fails(node, name, edits, tmp_path, capture_context.ORACLE, texts)
+    assert_caught(name, MUTANTS[name], tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_clean_sglang_passes_breakable_capture_context(tmp_path):
     code, output = run_suite_on_mutant("suites/test_prefill_pcg.py::test_live_backends[breakable]", "", [], tmp_path)
     assert code == 0, output[-3000:]

@@ -12,14 +12,14 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   requests left out of the update; draft tokens not added for TARGET_VERIFY; the capture profile with no trace
   handler; DeepSeek V4 graphs updated after all; the device-lengths fallback (a batch without the host mirror)
   without the draft tokens, or with them for DECODE;
-  DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again, or ignored; under the overlap plan stream, a
-  pre-planned batch's mRoPE positions not copied again.
+  DFLASH's backend list (`seq_lens_cpu_list`) with its draft block added again, or ignored; under the overlap plan
+  stream, a pre-planned batch's mRoPE positions not copied again.
 - DSPARK target verify metadata glue (`SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE`): the draft's declaration read
   instead of the target verify's, a declined declaration ignored, the algorithm check inverted, a glued prep
   re-installing without replay.
-  Pre-planned input skip (`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`): a marked batch's fresh input_ids or positions left uncopied
-  (the tensor identity check dropped), the plan-time record never cleared. A draft worker's glue: its static-verify
-  or draft-worker check inverted, a glued prep re-installing without replay.
+  Pre-planned input skip (`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`): a marked batch's fresh input_ids or
+  positions left uncopied (the tensor identity check dropped), the plan-time record never cleared. A draft worker's
+  glue: its static-verify or draft-worker check inverted, a glued prep re-installing without replay.
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
   requests.
 """
@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mutant_runs import assert_mutant_fails, run_suite_on_mutant
+from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
+
+pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
 SWITCHES = "suites/test_decode_switches.py"
 NPU = "suites/test_decode_npu.py"
@@ -47,142 +49,210 @@ NPU_MROPE = f"{NPU}::test_npu_mrope_planned_under_overlap_plan_stream"
 
 GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
                      "                backend.forward_metadata = metadata\n")]  # a glued prep without its replay
-GLUE_NOT_SERVED = ("graph-replay", ["replayed no captured graph", "serve-time graphs the case implies"])
+GLUE_NOT_SERVED = {"oracle": "graph-replay",
+                   "texts": ["replayed no captured graph", "serve-time graphs the case implies"]}
 
 MUTANTS = {
-    "memory_history_left_on": (PROFILED, [(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
-                                           "")],
-                               "capture-profile", ["history was left on after capture"]),
-    "trace_tag_drops_lora_variant": (PROFILED, [(RUNNER, "            parts.append(variant_label)\n",
-                                                 "            pass\n")],
-                                     "capture-profile", ["capture traces (per_shape)", "missing", "_nolora_rank0"]),
-    "draft_traces_lose_their_prefix": (  # a draft worker's traces named as the target's (they collide)
-        f"{SWITCHES}::test_profiled_draft_worker_names_its_traces",
-        [(RUNNER, '            return f"Draft{name}"\n', "            return name\n")],
-        "capture-profile", ["capture traces (per_shape)", "missing", "DraftDecodeCudaGraphRunner_bs_"]),
-    "profiler_not_stepped_after_capture": (
-        PROFILED, [(FULL, "        if profiler is not None:\n            profiler.step()\n\n"
-                          "        self._graphs[shape_key] = graph", "\n        self._graphs[shape_key] = graph")],
-        "capture-profile", ["capture traces (per_shape)", "missing"]),
-    "glue_reinstalls_without_replay": (GLUED, GLUE_REINSTALLS, *GLUE_NOT_SERVED),
-    "glue_routes_padded_batches": (  # a padded replay's prep glued under its graph's key
-        GLUED, [(RUNNER, "            and raw_bs == bs\n            and not self.enable_two_batch_overlap\n",
-                 "            and not self.enable_two_batch_overlap\n")],
-        "metadata-glue", ["eager prep(s)", "padded sizes not routed"]),
-    "glue_padded_prep_not_counted": (  # the eager prep of a padded replay missing from the glue's accounting
-        GLUED, [(RUNNER, "                self._metadata_glue.note_not_routed()\n", "                pass\n")],
-        "metadata-glue", ["eager prep(s)", "padded sizes not routed"]),
-    "skipped_view_reinstalls_without_replay": (
-        GLUED, [(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
-                 "            self._metadata_glue.reinstall(glue_key)\n")],
-        *GLUE_NOT_SERVED),
-    "replay_log_names_raw_size": (PROFILED, [(RUNNER, "                    self._replay_graph_key.size,\n",
-                                              "                    forward_batch.batch_size,\n")],
-                                  "replay-log", ["SGLANG_LOG_DECODE_GRAPH_KEY", "first difference"]),
-    "replay_log_switch_ignored": (PROFILED, [(RUNNER, "            if envs.SGLANG_LOG_DECODE_GRAPH_KEY.get():\n",
-                                              "            if False:\n")],
-                                  "replay-log", ["0 replay line(s)"]),
-    "npu_v2_update_under_v1_name": (
-        NPU_REPLAY, [(NPU_RUNNER, '        if self._uses_v2_seq_len_update():\n'
-                                  '            return self.attr_name["TARGET_VERIFY"]\n',
-                      '        if False:\n            return self.attr_name["TARGET_VERIFY"]\n')],
-        "npu-graph-update", ["expected graph updates [[{'actual_seq_kvlen'"]),
-    "npu_update_drops_padding": (
-        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist() + [\n"
-                                  "                        0\n                    ] * (self.bs - self.raw_bs)\n",
-                      "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist()\n")],
-        "npu-graph-update", ["DECODE batch", "expected graph updates"]),
-    "npu_verify_update_without_draft_tokens": (
-        NPU_REPLAY, [(NPU_RUNNER, "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n"
-                                  "                            + self.captured_req_width\n",
-                      "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n")],
-        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
-    "npu_profile_without_trace_handler": (
-        NPU_REPLAY, [(NPU_RUNNER, "            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\n"
-                                  "                output_dir, async_mode=True\n            ),\n", "")],
-        "capture-profile", ["the NPU runner's capture profile: expected one trace"]),
-    "npu_v4_graph_updated": (
-        NPU_REPLAY, [(NPU_RUNNER, "            or is_deepseek_v4(self.model_runner.model_config.hf_config)\n", "")],
-        "npu-graph-update", ["expected graph updates []"]),
-    "npu_device_lens_without_draft_tokens": (  # the fixed EAGLE example: drawn batches need not hit the fallback
-        f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[EAGLE]", [(NPU_RUNNER, "forward_batch.seq_lens.cpu() + self.captured_req_width", "forward_batch.seq_lens.cpu()")],
-        "npu-graph-update", ["TARGET_VERIFY batch", "host mirror: False"]),
-    "npu_device_lens_decode_adds_draft_width": (  # the verify fallback's arithmetic copied into the DECODE one
-        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",
-                      "                    seq_lens = (forward_batch.seq_lens.cpu() + self.captured_req_width).tolist() + [0] * (\n")],
-        "npu-graph-update", ["DECODE batch", "host mirror: False"]),
-    "npu_dflash_list_ignored": (  # the backend's exact list dropped: lengths recomputed, padded rows 0
-        f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[DFLASH]", [(NPU_RUNNER, '                    _meta_list = getattr(_meta, "seq_lens_cpu_list", None)\n',
-                      "                    _meta_list = None\n")],
-        "npu-graph-update", ["expected graph updates [[{'actual_seq_lengths_kv': [11, 3]}]]", "[11, 0]"]),
-    "npu_dflash_list_double_adds_drafts": (  # the draft block added again to the backend's list
-        NPU_REPLAY, [(NPU_RUNNER, "                    seq_lens = list(_meta_list)\n",
-                      "                    seq_lens = [s + self.captured_req_width for s in _meta_list]\n")],
-        "npu-graph-update", ["TARGET_VERIFY batch", "expected graph updates"]),
-    "dp_buffer_len_counts_ranks": (  # the gathered length as the number of ranks, not of their tokens
-        DP_GATHER, [(RUNNER, "            global_dp_buffer_len = sum(global_num_tokens_cpu)\n",
-                     "            global_dp_buffer_len = len(global_num_tokens_cpu)\n")],
-        "eager-equality", ["not bit-equal to eager"]),
-    "dp_tokens_in_requests": (  # attention-TP gather sized in requests, not tokens (wrong under TARGET_VERIFY)
-        DP_GATHER, [(RUNNER, "        if self.require_attn_tp_gather:\n            return [num_tokens]\n",
-                     "        if self.require_attn_tp_gather:\n"
-                     "            return [num_tokens // self.captured_req_width]\n")],
-        "eager-equality", ["not bit-equal to eager"]),
-    "dspark_glue_asks_draft_declaration": (  # the draft runner's check copied: the wrong backend declaration read
-        DSPARK_GLUE, [(RUNNER, "        why = self.attn_backend.glue_target_verify_metadata()\n",
-                       "        why = self.attn_backend.glue_draft_metadata()\n")],
-        *GLUE_NOT_SERVED),
-    "dspark_glue_algorithm_check_inverted": (
-        DSPARK_GLUE, [(RUNNER, "            or not self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
-                               "            return False\n        why = self.attn_backend.glue_target_verify_metadata()",
-                       "            or self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
-                       "            return False\n        why = self.attn_backend.glue_target_verify_metadata()")],
-        *GLUE_NOT_SERVED),
-    "dspark_glue_reinstalls_without_replay": (DSPARK_GLUE, GLUE_REINSTALLS, "graph-replay",
-                                              ["replayed no captured graph", "TARGET_VERIFY"]),
-    "dspark_glue_declaration_ignored": (  # the backend's reason logged but the glue built anyway
-        DECLINED, [(RUNNER, '            logger.info("Target verify metadata glue graph off: %s.", why)\n'
-                            "            return False\n",
-                    '            logger.info("Target verify metadata glue graph off: %s.", why)\n')],
-        "graph-replay", ["new graph(s) at serve time", "TARGET_VERIFY"]),  # the glue's capture attempt
-    "draft_glue_ragged_check_inverted": (  # the static verify read as ragged: the draft glue never on
-        DRAFT_GLUE, [(RUNNER, '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() != "static":\n            why = "ragged verify"',
-                      '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() == "static":\n            why = "ragged verify"')],
-        *GLUE_NOT_SERVED),
-    "draft_glue_worker_check_inverted": (
-        DRAFT_GLUE, [(RUNNER, "        if not self.model_runner.is_draft_worker:\n            return False\n"
-                              "        if envs.SGLANG_RAGGED_VERIFY_MODE",
-                      "        if self.model_runner.is_draft_worker:\n            return False\n"
-                      "        if envs.SGLANG_RAGGED_VERIFY_MODE")],
-        *GLUE_NOT_SERVED),
-    "draft_glue_reinstalls_without_replay": (DRAFT_GLUE, GLUE_REINSTALLS, "graph-replay",
-                                             ["replayed no captured graph", "TARGET_VERIFY"]),
-    "npu_overlap_plan_mrope_not_recopied": (  # the pre-planned branch's mRoPE re-copy lost: the plan's replayed
-        NPU_MROPE, [(NPU_RUNNER, "                    self.buffers.mrope_positions[:, : self.raw_num_token].copy_(\n"
-                                 "                        forward_batch.mrope_positions\n                    )\n"
-                                 "            else:\n",
-                     "                    pass\n            else:\n")],
-        "eager-equality", ["not bit-equal to eager", "`mrope_positions[0]` holds"]),
-    "prefilled_input_ids_skip_ignores_identity": (  # a marked batch's fresh input_ids left uncopied
-        PREFILLED, [(RUNNER, "        if prefilled is None or forward_batch.input_ids is not prefilled[0]:\n",
-                     "        if prefilled is None:\n")],
-        "eager-equality", ["not bit-equal to eager", "input_ids"]),
-    "prefilled_positions_skip_ignores_identity": (
-        PREFILLED, [(RUNNER, "        if prefilled is None or forward_batch.positions is not prefilled[1]:\n",
-                     "        if prefilled is None:\n")],
-        "eager-equality", ["not bit-equal to eager", "positions"]),
-    "prefilled_record_never_cleared": (  # a later mark without a load still counted as a plan-time fill
-        PREFILLED, [(RUNNER, "        self._prefilled_inputs = None\n        # The plan-time load",
-                     "        # The plan-time load")],
-        "prefilled-inputs", ["pre-planned input re-copy skip(s), the replays imply 2"]),
+    "memory_history_left_on": Mutant(
+        test=PROFILED,
+        edits=[(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",
+                "")],
+        oracle="capture-profile",
+        texts=["history was left on after capture"]),
+    "trace_tag_drops_lora_variant": Mutant(
+        test=PROFILED,
+        edits=[(RUNNER, "            parts.append(variant_label)\n",
+                "            pass\n")],
+        oracle="capture-profile",
+        texts=["capture traces (per_shape)", "missing", "_nolora_rank0"]),
+    "draft_traces_lose_their_prefix": Mutant(
+        test=f"{SWITCHES}::test_profiled_draft_worker_names_its_traces",
+        edits=[(RUNNER, '            return f"Draft{name}"\n', "            return name\n")],
+        oracle="capture-profile",
+        texts=["capture traces (per_shape)", "missing", "DraftDecodeCudaGraphRunner_bs_"]),
+    "profiler_not_stepped_after_capture": Mutant(
+        test=PROFILED,
+        edits=[(FULL, "        if profiler is not None:\n            profiler.step()\n\n"
+                      "        self._graphs[shape_key] = graph", "\n        self._graphs[shape_key] = graph")],
+        oracle="capture-profile",
+        texts=["capture traces (per_shape)", "missing"]),
+    "glue_reinstalls_without_replay": Mutant(
+        test=GLUED,
+        edits=GLUE_REINSTALLS,
+        **GLUE_NOT_SERVED),
+    "glue_routes_padded_batches": Mutant(
+        test=GLUED,
+        edits=[(RUNNER, "            and raw_bs == bs\n            and not self.enable_two_batch_overlap\n",
+                "            and not self.enable_two_batch_overlap\n")],
+        oracle="metadata-glue",
+        texts=["eager prep(s)", "padded sizes not routed"]),
+    "glue_padded_prep_not_counted": Mutant(
+        test=GLUED,
+        edits=[(RUNNER, "                self._metadata_glue.note_not_routed()\n", "                pass\n")],
+        oracle="metadata-glue",
+        texts=["eager prep(s)", "padded sizes not routed"]),
+    "skipped_view_reinstalls_without_replay": Mutant(
+        test=GLUED,
+        edits=[(RUNNER, "            self._metadata_glue.replay(glue_key)\n",
+                "            self._metadata_glue.reinstall(glue_key)\n")],
+        **GLUE_NOT_SERVED),
+    "replay_log_names_raw_size": Mutant(
+        test=PROFILED,
+        edits=[(RUNNER, "                    self._replay_graph_key.size,\n",
+                "                    forward_batch.batch_size,\n")],
+        oracle="replay-log",
+        texts=["SGLANG_LOG_DECODE_GRAPH_KEY", "first difference"]),
+    "replay_log_switch_ignored": Mutant(
+        test=PROFILED,
+        edits=[(RUNNER, "            if envs.SGLANG_LOG_DECODE_GRAPH_KEY.get():\n",
+                "            if False:\n")],
+        oracle="replay-log",
+        texts=["0 replay line(s)"]),
+    "npu_v2_update_under_v1_name": Mutant(
+        test=NPU_REPLAY,
+        edits=[(NPU_RUNNER, '        if self._uses_v2_seq_len_update():\n'
+                            '            return self.attr_name["TARGET_VERIFY"]\n',
+                '        if False:\n            return self.attr_name["TARGET_VERIFY"]\n')],
+        oracle="npu-graph-update",
+        texts=["expected graph updates [[{'actual_seq_kvlen'"]),
+    "npu_update_drops_padding": Mutant(
+        test=NPU_REPLAY,
+        edits=[(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist() + [\n"
+                            "                        0\n                    ] * (self.bs - self.raw_bs)\n",
+                "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist()\n")],
+        oracle="npu-graph-update",
+        texts=["batch of seq_lens", "expected graph updates"]),
+    "npu_verify_update_without_draft_tokens": Mutant(
+        test=NPU_REPLAY,
+        edits=[(NPU_RUNNER, "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n"
+                            "                            + self.captured_req_width\n",
+                "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n")],
+        oracle="npu-graph-update",
+        texts=["TARGET_VERIFY batch", "expected graph updates"]),
+    "npu_profile_without_trace_handler": Mutant(
+        test=NPU_REPLAY,
+        edits=[(NPU_RUNNER, "            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\n"
+                            "                output_dir, async_mode=True\n            ),\n", "")],
+        oracle="capture-profile",
+        texts=["the NPU runner's capture profile: expected one trace"]),
+    "npu_v4_graph_updated": Mutant(
+        test=NPU_REPLAY,
+        edits=[(NPU_RUNNER, "            or is_deepseek_v4(self.model_runner.model_config.hf_config)\n", "")],
+        oracle="npu-graph-update",
+        texts=["expected graph updates []"]),
+    "npu_device_lens_without_draft_tokens": Mutant(
+        test=f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[EAGLE]",
+        edits=[(NPU_RUNNER, "forward_batch.seq_lens.cpu() + self.captured_req_width", "forward_batch.seq_lens.cpu()")],
+        oracle="npu-graph-update",
+        texts=["TARGET_VERIFY batch", "host mirror: False"]),
+    "npu_device_lens_decode_adds_draft_width": Mutant(
+        test=NPU_REPLAY,
+        edits=[(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",
+                "                    seq_lens = (forward_batch.seq_lens.cpu() + self.captured_req_width).tolist()"
+                " + [0] * (\n")],
+        oracle="npu-graph-update",
+        texts=["DECODE batch", "host mirror: False"]),
+    "npu_dflash_list_ignored": Mutant(
+        test=f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[DFLASH]",
+        edits=[(NPU_RUNNER, '                    _meta_list = getattr(_meta, "seq_lens_cpu_list", None)\n',
+"                    _meta_list = None\n")],
+        oracle="npu-graph-update",
+        texts=["expected graph updates [[{'actual_seq_lengths_kv': [11, 3]}]]", "[11, 0]"]),
+    "npu_dflash_list_double_adds_drafts": Mutant(
+        test=NPU_REPLAY,
+        edits=[(NPU_RUNNER, "                    seq_lens = list(_meta_list)\n",
+                "                    seq_lens = [s + self.captured_req_width for s in _meta_list]\n")],
+        oracle="npu-graph-update",
+        texts=["TARGET_VERIFY batch", "expected graph updates"]),
+    "dp_buffer_len_counts_ranks": Mutant(
+        test=DP_GATHER,
+        edits=[(RUNNER, "            global_dp_buffer_len = sum(global_num_tokens_cpu)\n",
+                "            global_dp_buffer_len = len(global_num_tokens_cpu)\n")],
+        oracle="eager-equality",
+        texts=["not bit-equal to eager"]),
+    "dp_tokens_in_requests": Mutant(
+        test=DP_GATHER,
+        edits=[(RUNNER, "        if self.require_attn_tp_gather:\n            return [num_tokens]\n",
+                "        if self.require_attn_tp_gather:\n"
+                "            return [num_tokens // self.captured_req_width]\n")],
+        oracle="eager-equality",
+        texts=["not bit-equal to eager"]),
+    "dspark_glue_asks_draft_declaration": Mutant(
+        test=DSPARK_GLUE,
+        edits=[(RUNNER, "        why = self.attn_backend.glue_target_verify_metadata()\n",
+                "        why = self.attn_backend.glue_draft_metadata()\n")],
+        **GLUE_NOT_SERVED),
+    "dspark_glue_algorithm_check_inverted": Mutant(
+        test=DSPARK_GLUE,
+        edits=[(RUNNER, "            or not self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
+                        "            return False\n        why = self.attn_backend.glue_target_verify_metadata()",
+                "            or self.model_runner.spec_algorithm.is_dspark()\n        ):\n"
+                "            return False\n        why = self.attn_backend.glue_target_verify_metadata()")],
+        **GLUE_NOT_SERVED),
+    "dspark_glue_reinstalls_without_replay": Mutant(
+        test=DSPARK_GLUE,
+        edits=GLUE_REINSTALLS,
+        oracle="graph-replay",
+        texts=["replayed no captured graph", "TARGET_VERIFY"]),
+    "dspark_glue_declaration_ignored": Mutant(
+        test=DECLINED,
+        edits=[(RUNNER, '            logger.info("Target verify metadata glue graph off: %s.", why)\n'
+                        "            return False\n",
+                '            logger.info("Target verify metadata glue graph off: %s.", why)\n')],
+        oracle="graph-replay",
+        texts=["new graph(s) at serve time", "TARGET_VERIFY"]),  # the glue's capture attempt
+    "draft_glue_ragged_check_inverted": Mutant(
+        test=DRAFT_GLUE,
+        edits=[(RUNNER, '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() != "static":\n'
+                        '            why = "ragged verify"',
+                '        if envs.SGLANG_RAGGED_VERIFY_MODE.get() == "static":\n            why = "ragged verify"')],
+        **GLUE_NOT_SERVED),
+    "draft_glue_worker_check_inverted": Mutant(
+        test=DRAFT_GLUE,
+        edits=[(RUNNER, "        if not self.model_runner.is_draft_worker:\n            return False\n"
+                        "        if envs.SGLANG_RAGGED_VERIFY_MODE",
+                "        if self.model_runner.is_draft_worker:\n            return False\n"
+                "        if envs.SGLANG_RAGGED_VERIFY_MODE")],
+        **GLUE_NOT_SERVED),
+    "draft_glue_reinstalls_without_replay": Mutant(
+        test=DRAFT_GLUE,
+        edits=GLUE_REINSTALLS,
+        oracle="graph-replay",
+        texts=["replayed no captured graph", "TARGET_VERIFY"]),
+    "npu_overlap_plan_mrope_not_recopied": Mutant(
+        test=NPU_MROPE,
+        edits=[(NPU_RUNNER, "                    self.buffers.mrope_positions[:, : self.raw_num_token].copy_(\n"
+                            "                        forward_batch.mrope_positions\n                    )\n"
+                            "            else:\n",
+                "                    pass\n            else:\n")],
+        oracle="eager-equality",
+        texts=["not bit-equal to eager", "`mrope_positions[0]` holds"]),
+    "prefilled_input_ids_skip_ignores_identity": Mutant(
+        test=PREFILLED,
+        edits=[(RUNNER, "        if prefilled is None or forward_batch.input_ids is not prefilled[0]:\n",
+                "        if prefilled is None:\n")],
+        oracle="eager-equality",
+        texts=["not bit-equal to eager", "input_ids"]),
+    "prefilled_positions_skip_ignores_identity": Mutant(
+        test=PREFILLED,
+        edits=[(RUNNER, "        if prefilled is None or forward_batch.positions is not prefilled[1]:\n",
+                "        if prefilled is None:\n")],
+        oracle="eager-equality",
+        texts=["not bit-equal to eager", "positions"]),
+    "prefilled_record_never_cleared": Mutant(
+        test=PREFILLED,
+        edits=[(RUNNER, "        self._prefilled_inputs = None\n        # The plan-time load",
+                "        # The plan-time load")],
+        oracle="prefilled-inputs",
+        texts=["pre-planned input re-copy skip(s), the replays imply 2"]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_switch_mutant_fails_with_its_diagnosis(name, tmp_path):
-    test, edits, oracle, texts = MUTANTS[name]
+    test = MUTANTS[name].test
     virtual = ("--device", "cpu") if test.startswith(NPU) else ()  # the NPU runner: virtual device only
-    record = assert_mutant_fails(test, name, edits, tmp_path, oracle, texts, extra=virtual)
+    record = assert_caught(name, MUTANTS[name], tmp_path, extra=virtual)
     if test.startswith(NPU):  # the run's personality is cuda; the failure names the one its suite fixed
         assert "--personality npu" in record["replay"] and record["personality"] == "npu", record
 

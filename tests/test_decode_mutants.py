@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mutant_runs import assert_mutant_fails, run_suite_on_mutant
+from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
+
+pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
 SUITE = "suites/test_decode_capture.py"
 RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
@@ -53,8 +55,10 @@ SKIP_REPLAY = [
 ]
 
 BASE = "srt/model_executor/runner/base_cuda_graph_runner.py"
-POOL_NOT_CAPTURED = [(BASE, "        capture_bs += [num_max_requests]\n", "        capture_bs += [num_max_requests - 1]\n")]
-COMPILE_OFF_BY_ONE = [(BASE, "if bs <= get_exec().graph.torch_compile_max_bs]", "if bs < get_exec().graph.torch_compile_max_bs]")]
+POOL_NOT_CAPTURED = [(BASE, "        capture_bs += [num_max_requests]\n",
+                      "        capture_bs += [num_max_requests - 1]\n")]
+COMPILE_OFF_BY_ONE = [(BASE, "if bs <= get_exec().graph.torch_compile_max_bs]",
+                       "if bs < get_exec().graph.torch_compile_max_bs]")]
 
 # The mode predicate every model and the runner branch on answers for another mode: graph and eager agree, so only
 # eager held to the model's closed form fails.
@@ -125,59 +129,114 @@ PADDING = f"{SUITE}::test_padding_disabled_replays_only_captured_sizes"
 STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
 MROPE = f"{SUITE}::test_mrope_replay_matches_eager"
 
-# name -> (edits, test to run, extra options, oracle expected, texts expected in the diagnosis)
 MUTANTS = {
     # The NPU runner runs on the virtual device only, also in a GPU run of the self-tests.
-    "bug1_by_value_patch_model_dynamic": (
-        BUG1, DYNAMIC, ("--personality", "npu", "--device", "cpu"), "hook-contract",
-        ["`patch_model_npu` ran 0 time(s)", "other patch_model variants ran: {'patch_model'"]),
-    "bug1_by_value_patch_model_static": (
-        BUG1, STATIC, (), "rebinding-by-value-import",
-        ["sglang.srt.compilation.torch_compile_decoration.patch_model is rebound at",
-         "npu_graph_runner.py:", "sglang.srt.model_executor.runner.decode_cuda_graph_runner imports it by value at",
-         "decode_cuda_graph_runner.py:40"]),
-    "replay_returns_padded_rows": (
-        PADDED_ROWS, DYNAMIC, (), "eager-equality", ["shape or dtype differs from eager"]),
+    "bug1_by_value_patch_model_dynamic": Mutant(
+        test=DYNAMIC,
+        extra=("--personality", "npu", "--device", "cpu"),
+        edits=BUG1,
+        oracle="hook-contract",
+        texts=["`patch_model_npu` ran 0 time(s)", "other patch_model variants ran: {'patch_model'"]),
+    "bug1_by_value_patch_model_static": Mutant(
+        test=STATIC,
+        edits=BUG1,
+        oracle="rebinding-by-value-import",
+        texts=["sglang.srt.compilation.torch_compile_decoration.patch_model is rebound at",
+               "npu_graph_runner.py:",
+               "sglang.srt.model_executor.runner.decode_cuda_graph_runner imports it by value at",
+               "decode_cuda_graph_runner.py:40"]),
+    "replay_returns_padded_rows": Mutant(
+        test=DYNAMIC,
+        edits=PADDED_ROWS,
+        oracle="eager-equality",
+        texts=["shape or dtype differs from eager"]),
     # Caught at the first replay by the device's replay count (the stale output may still equal eager there).
-    "replay_skips_graph": (
-        SKIP_REPLAY, DYNAMIC, (), "graph-replay", ["replayed no captured graph", "replay 0"]),
-    "replay_launches_graph_twice": (
-        REPLAYS_TWICE, DYNAMIC, (), "graph-replay", ["replayed 2 graph(s)", "replay 0"]),
-    "pool_size_not_captured": (
-        POOL_NOT_CAPTURED, DYNAMIC, (), "hook-contract", ["but the case asks for capture"]),
-    "is_decode_answers_for_another_mode": (
-        IS_DECODE_WRONG, DYNAMIC, (), "eager-equality", ["eager itself differs from the model's closed form"]),
-    "compile_sizes_off_by_one": (
-        COMPILE_OFF_BY_ONE, DYNAMIC, (), "hook-contract", ["but the case asks for capture", "and compile"]),
-    "seq_lens_sum_not_padded": (
-        SUM_NOT_PADDED, DYNAMIC, (), "eager-equality", ["seq_lens_sum", "away from the sum"]),
-    "seq_lens_padded_with_zero": (
-        SEQ_LENS_PADDED_ZERO, DYNAMIC, (), "eager-equality", ["padded rows", "`seq_lens`", "promises 1"]),
-    "zero_padding_skipped": (
-        ZERO_PADDING_SKIPPED, DYNAMIC, (), "eager-equality", ["padded rows", "promises 0"]),
-    "verify_output_sliced_by_requests": (
-        VERIFY_SLICES_REQUESTS, VERIFY, (), "eager-equality", ["TARGET_VERIFY", "shape or dtype differs"]),
-    "verify_view_drops_spec_info": (
-        VIEW_DROPS_SPEC_INFO, VERIFY, (), "eager-equality", ["TARGET_VERIFY", "attention metadata visible_drafts"]),
-    "planned_replay_skips_positions": (
-        PLANNED_SKIPS_POSITIONS, PLANNED, (), "eager-equality", ["`positions` holds"]),
-    "planned_replay_skips_input_ids": (
-        PLANNED_SKIPS_INPUT_IDS, PLANNED, (), "eager-equality", ["`input_ids` holds"]),
-    "mrope_positions_not_copied": (
-        MROPE_NOT_COPIED, MROPE, (), "eager-equality", ["not bit-equal to eager", "`mrope_positions[0]` holds"]),
-    "mrope_padding_not_zeroed": (
-        MROPE_PADDING_KEPT, MROPE, (), "eager-equality", ["padded token columns", "`mrope_positions`", "promises 0"]),
-    "default_capture_list_drops_max_bs": (
-        DEFAULT_LIST_DROPS_MAX, DYNAMIC, (), "hook-contract", ["default decode capture list", "ending at"]),
-    "padding_switch_ignored": (
-        PADDING_SWITCH_IGNORED, PADDING, (), "eager-equality", ["accepted", "with padding disabled"]),
+    "replay_skips_graph": Mutant(
+        test=DYNAMIC,
+        edits=SKIP_REPLAY,
+        oracle="graph-replay",
+        texts=["replayed no captured graph", "replay 0"]),
+    "replay_launches_graph_twice": Mutant(
+        test=DYNAMIC,
+        edits=REPLAYS_TWICE,
+        oracle="graph-replay",
+        texts=["replayed 2 graph(s)", "replay 0"]),
+    "pool_size_not_captured": Mutant(
+        test=DYNAMIC,
+        edits=POOL_NOT_CAPTURED,
+        oracle="hook-contract",
+        texts=["but the case asks for capture"]),
+    "is_decode_answers_for_another_mode": Mutant(
+        test=DYNAMIC,
+        edits=IS_DECODE_WRONG,
+        oracle="eager-equality",
+        texts=["eager itself differs from the model's closed form"]),
+    "compile_sizes_off_by_one": Mutant(
+        test=DYNAMIC,
+        edits=COMPILE_OFF_BY_ONE,
+        oracle="hook-contract",
+        texts=["but the case asks for capture", "and compile"]),
+    "seq_lens_sum_not_padded": Mutant(
+        test=DYNAMIC,
+        edits=SUM_NOT_PADDED,
+        oracle="eager-equality",
+        texts=["seq_lens_sum", "away from the sum"]),
+    "seq_lens_padded_with_zero": Mutant(
+        test=DYNAMIC,
+        edits=SEQ_LENS_PADDED_ZERO,
+        oracle="eager-equality",
+        texts=["padded rows", "`seq_lens`", "promises 1"]),
+    "zero_padding_skipped": Mutant(
+        test=DYNAMIC,
+        edits=ZERO_PADDING_SKIPPED,
+        oracle="eager-equality",
+        texts=["padded rows", "promises 0"]),
+    "verify_output_sliced_by_requests": Mutant(
+        test=VERIFY,
+        edits=VERIFY_SLICES_REQUESTS,
+        oracle="eager-equality",
+        texts=["TARGET_VERIFY", "shape or dtype differs"]),
+    "verify_view_drops_spec_info": Mutant(
+        test=VERIFY,
+        edits=VIEW_DROPS_SPEC_INFO,
+        oracle="eager-equality",
+        texts=["TARGET_VERIFY", "attention metadata visible_drafts"]),
+    "planned_replay_skips_positions": Mutant(
+        test=PLANNED,
+        edits=PLANNED_SKIPS_POSITIONS,
+        oracle="eager-equality",
+        texts=["`positions` holds"]),
+    "planned_replay_skips_input_ids": Mutant(
+        test=PLANNED,
+        edits=PLANNED_SKIPS_INPUT_IDS,
+        oracle="eager-equality",
+        texts=["`input_ids` holds"]),
+    "mrope_positions_not_copied": Mutant(
+        test=MROPE,
+        edits=MROPE_NOT_COPIED,
+        oracle="eager-equality",
+        texts=["not bit-equal to eager", "`mrope_positions[0]` holds"]),
+    "mrope_padding_not_zeroed": Mutant(
+        test=MROPE,
+        edits=MROPE_PADDING_KEPT,
+        oracle="eager-equality",
+        texts=["padded token columns", "`mrope_positions`", "promises 0"]),
+    "default_capture_list_drops_max_bs": Mutant(
+        test=DYNAMIC,
+        edits=DEFAULT_LIST_DROPS_MAX,
+        oracle="hook-contract",
+        texts=["default decode capture list", "ending at"]),
+    "padding_switch_ignored": Mutant(
+        test=PADDING,
+        edits=PADDING_SWITCH_IGNORED,
+        oracle="eager-equality",
+        texts=["accepted", "with padding disabled"]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_decode_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
-    edits, test, extra, oracle, texts = MUTANTS[name]
-    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts, extra=extra)
+    assert_caught(name, MUTANTS[name], tmp_path)
 
 
 @pytest.mark.parametrize("personality", ["cuda", "npu"])

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mutant_runs import assert_mutant_fails
+from tests.mutant_runs import Mutant, assert_caught
+
+pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
 SUITE = "suites/test_decode_capture.py"
 RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
@@ -33,36 +35,60 @@ SLOTS_OFF_BY_ONE = [(RUNNER, "and forward_batch.batch_size <= self._ragged_captu
 SLOTS_UNIFORM = [(RUNNER, "        return min(num_tokens, self.max_bs)\n",
                   "        return num_tokens // self.captured_req_width\n")]
 LORA_ACCEPTED = [(RUNNER, "            or model_runner.lora_manager is not None\n", "")]
-NO_PADDING_ACCEPTED = [(RUNNER, "            or model_runner.lora_manager is not None\n            or self.disable_padding\n",
+NO_PADDING_ACCEPTED = [(RUNNER, "            or model_runner.lora_manager is not None\n"
+                                "            or self.disable_padding\n",
                         "            or model_runner.lora_manager is not None\n")]
-DRAFT_EMBEDS_NOT_COPIED = [(RUNNER, "            buffers.input_embeds[:raw_num_token].copy_(forward_batch.input_embeds)\n",
+DRAFT_EMBEDS_NOT_COPIED = [(RUNNER, "            buffers.input_embeds[:raw_num_token]"
+                                    ".copy_(forward_batch.input_embeds)\n",
                             "            pass\n")]
 DRAFT_EMBEDS_NOT_PASSED = [(RUNNER, '                            kwargs["input_embeds"] = self.buffers.input_embeds[\n'
                                     "                                :num_tokens\n                            ]\n",
                             "                            pass\n")]
 
-# name -> (edits, test, oracle expected, texts expected in the diagnosis)
 MUTANTS = {
-    "ragged_stage_skips_qo_indptr": (
-        STAGE_SKIPS_QO_INDPTR, REPLAY, "eager-equality", ["TARGET_VERIFY", "the tier's ragged layout", "`qo_indptr` holds"]),
-    "ragged_stage_skips_verify_lens": (
-        STAGE_SKIPS_VERIFY_LENS, REPLAY, "eager-equality", ["TARGET_VERIFY", "`verify_lens` holds"]),
-    "ragged_admission_slots_off_by_one": (
-        SLOTS_OFF_BY_ONE, REPLAY, "eager-equality", ["refused to replay", "ragged verify_lens", "tier"]),
-    "ragged_capture_slots_uniform": (
-        SLOTS_UNIFORM, FILLS_SLOTS, "eager-equality", ["refused to replay", "ragged verify_lens [1, 1, 1]"]),
-    "ragged_lora_accepted": (
-        LORA_ACCEPTED, f"{REFUSAL}[lora]", "admission", ["with lora on", "must refuse"]),
-    "ragged_padding_disabled_accepted": (
-        NO_PADDING_ACCEPTED, f"{REFUSAL}[disable_padding]", "admission", ["with disable_padding on"]),
-    "draft_embeds_not_copied": (
-        DRAFT_EMBEDS_NOT_COPIED, DRAFT, "eager-equality", ["TARGET_VERIFY", "not bit-equal"]),
-    "draft_embeds_not_passed": (
-        DRAFT_EMBEDS_NOT_PASSED, DRAFT, "eager-equality", ["TARGET_VERIFY", "not bit-equal"]),
+    "ragged_stage_skips_qo_indptr": Mutant(
+        test=REPLAY,
+        edits=STAGE_SKIPS_QO_INDPTR,
+        oracle="eager-equality",
+        texts=["TARGET_VERIFY", "the tier's ragged layout", "`qo_indptr` holds"]),
+    "ragged_stage_skips_verify_lens": Mutant(
+        test=REPLAY,
+        edits=STAGE_SKIPS_VERIFY_LENS,
+        oracle="eager-equality",
+        texts=["TARGET_VERIFY", "`verify_lens` holds"]),
+    "ragged_admission_slots_off_by_one": Mutant(
+        test=REPLAY,
+        edits=SLOTS_OFF_BY_ONE,
+        oracle="eager-equality",
+        texts=["refused to replay", "ragged verify_lens", "tier"]),
+    "ragged_capture_slots_uniform": Mutant(
+        test=FILLS_SLOTS,
+        edits=SLOTS_UNIFORM,
+        oracle="eager-equality",
+        texts=["refused to replay", "ragged verify_lens [1, 1, 1]"]),
+    "ragged_lora_accepted": Mutant(
+        test=f"{REFUSAL}[lora]",
+        edits=LORA_ACCEPTED,
+        oracle="admission",
+        texts=["with lora on", "must refuse"]),
+    "ragged_padding_disabled_accepted": Mutant(
+        test=f"{REFUSAL}[disable_padding]",
+        edits=NO_PADDING_ACCEPTED,
+        oracle="admission",
+        texts=["with disable_padding on"]),
+    "draft_embeds_not_copied": Mutant(
+        test=DRAFT,
+        edits=DRAFT_EMBEDS_NOT_COPIED,
+        oracle="eager-equality",
+        texts=["TARGET_VERIFY", "not bit-equal"]),
+    "draft_embeds_not_passed": Mutant(
+        test=DRAFT,
+        edits=DRAFT_EMBEDS_NOT_PASSED,
+        oracle="eager-equality",
+        texts=["TARGET_VERIFY", "not bit-equal"]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_ragged_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
-    edits, test, oracle, texts = MUTANTS[name]
-    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts)
+    assert_caught(name, MUTANTS[name], tmp_path)

@@ -32,6 +32,8 @@ from harness.targets import decode
 from harness.targets.prefill.base import PrefillCase, body_forward
 from harness.targets.prefill.session import PrefillSession
 
+pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this process: seconds a test
+
 COMPILE = "sglang.srt.compilation.compile"
 DECORATION = "sglang.srt.compilation.torch_compile_decoration"
 TEXT = PrefillCase(backend="tc_piecewise", capture_tokens=(4, 8), compiler="eager")

@@ -70,6 +70,7 @@ def test_the_gpu_device_counts_graphs():
     assert not get_device("npu").counts_graphs
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the suites run on it instead")
 def test_capture_suites_on_cuda_skip_with_the_reason_without_a_gpu(tmp_path):
     code, output = run_pytest(["suites/test_prefill_pcg.py", "suites/test_decode_capture.py", "--device", "cuda",

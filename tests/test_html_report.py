@@ -35,12 +35,13 @@ def browse(page: Path, profile: Path, *action: str) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def failing_report(tmp_path_factory) -> Path:
     report_dir = tmp_path_factory.mktemp("report")
-    edits, _, _ = MUTANTS["mode_with_options"]
+    edits = MUTANTS["mode_with_options"].edits
     code, output = run_suite_on_mutant(SUITE, "mode_with_options", edits, report_dir)
     assert code == 1 and (report_dir / "report.html").exists(), output[-2000:]
     return report_dir
 
 
+@pytest.mark.subprocess
 def test_the_page_parses_with_the_picture_and_the_failure(failing_report, tmp_path):
     dom = browse(failing_report / "report.html", tmp_path / "profile", "--dump-dom").stdout
     failure = failure_records(failing_report)[0]
@@ -50,6 +51,7 @@ def test_the_page_parses_with_the_picture_and_the_failure(failing_report, tmp_pa
     assert failure["replay"].split(" --replay-blob ")[0].replace("&", "&amp;") in dom
 
 
+@pytest.mark.subprocess
 def test_the_picture_is_drawn_with_the_failure_marked(failing_report, tmp_path):
     """Look at the pixels, not the markup: the cells are drawn (blue) and a red outline lies among them."""
     shot = tmp_path / "page.png"

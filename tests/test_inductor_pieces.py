@@ -32,6 +32,8 @@ from harness.targets.prefill.inductor import (
 )
 from harness.targets.prefill.session import PrefillSession
 
+pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this process: seconds a test
+
 CASE = PrefillCase(backend="tc_piecewise", capture_tokens=(4, 8), compiler="inductor")
 SIZES = (8,)
 PIECES = 3  # NUM_LAYERS (2) attention split ops cut the body into 3 pieces

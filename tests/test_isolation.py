@@ -2,9 +2,13 @@
 running (drawn values, stack of a hang), and the run goes on to the next test."""
 from __future__ import annotations
 
+import pytest
+
 from harness.mutants import run_pytest
 from harness.record import read_records
 from reports.summary import load
+
+pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
 
 def test_a_segfault_and_a_hang_are_recorded_with_their_examples_and_the_run_goes_on(tmp_path):

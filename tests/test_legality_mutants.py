@@ -17,7 +17,9 @@ from __future__ import annotations
 import pytest
 
 from harness.devices import legality
-from tests.mutant_runs import assert_mutant_fails
+from tests.mutant_runs import Mutant, assert_caught
+
+pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
 DECODE = "suites/test_decode_capture.py::test_replay_matches_eager_and_patch_model_contract"
 PREFILL = "suites/test_prefill_pcg.py::test_piecewise_forward_modes"
@@ -34,35 +36,47 @@ def _in_forward(line: str) -> list:
 
 WAIT = "        if curr_stream != stream:\n            stream.wait_stream(curr_stream)\n"
 MUTANTS = {
-    "sync_inside_decode_capture": (
-        [(FULL_BACKEND, "            self._precarve.mint()\n            out = forward_fn()\n",
-          "            self._precarve.mint()\n            self._device_module.synchronize()\n"
-          "            out = forward_fn()\n")],
-        DECODE, "capture-legality", ["synchronize inside a graph capture", legality.NOT_PERMITTED]),
-    "item_inside_decode_forward": (
-        _in_forward("forward_batch.seq_lens.max().item()"), DECODE, "capture-legality",
-        ["aten._local_scalar_dense", legality.NOT_PERMITTED]),
-    "seed_query_inside_decode_forward": (
-        _in_forward("torch.cuda.initial_seed()"), DECODE, "capture-legality",
-        ["torch.cuda.initial_seed", "Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture"]),
-    "sync_inside_piecewise_capture": (
-        [(PIECEWISE, "                    # `output` is managed by pytorch's cudagraph pool\n",
-          "                    torch.cuda.synchronize()\n")],
-        PREFILL, "capture-legality", ["torch.cuda.synchronize inside a graph capture", legality.NOT_PERMITTED]),
-    "capture_stream_not_ordered": (
-        [(PARALLEL, WAIT, "        pass\n")], DECODE, "stream-order", ["unordered access across streams", "stream 1"]),
-    "wait_moved_after_the_read": (
-        [(PARALLEL, WAIT, "        pass\n"),
-         (PARALLEL, "            with maybe_pynccl_context, maybe_pymscclpp_context:\n"
-                    "                yield graph_capture_context\n",
-          "            with maybe_pynccl_context, maybe_pymscclpp_context:\n"
-          "                yield graph_capture_context\n"
-          "            if curr_stream != stream:\n                stream.wait_stream(curr_stream)\n")],
-        DECODE, "stream-order", ["unordered access across streams", "stream 1"]),
+    "sync_inside_decode_capture": Mutant(
+        test=DECODE,
+        edits=[(FULL_BACKEND, "            self._precarve.mint()\n            out = forward_fn()\n",
+                "            self._precarve.mint()\n            self._device_module.synchronize()\n"
+                "            out = forward_fn()\n")],
+        oracle="capture-legality",
+        texts=["synchronize inside a graph capture", legality.NOT_PERMITTED]),
+    "item_inside_decode_forward": Mutant(
+        test=DECODE,
+        edits=_in_forward("forward_batch.seq_lens.max().item()"),
+        oracle="capture-legality",
+        texts=["aten._local_scalar_dense", legality.NOT_PERMITTED]),
+    "seed_query_inside_decode_forward": Mutant(
+        test=DECODE,
+        edits=_in_forward("torch.cuda.initial_seed()"),
+        oracle="capture-legality",
+        texts=["torch.cuda.initial_seed", "Cannot call CUDAGeneratorImpl::current_seed during CUDA graph capture"]),
+    "sync_inside_piecewise_capture": Mutant(
+        test=PREFILL,
+        edits=[(PIECEWISE, "                    # `output` is managed by pytorch's cudagraph pool\n",
+                "                    torch.cuda.synchronize()\n")],
+        oracle="capture-legality",
+        texts=["torch.cuda.synchronize inside a graph capture", legality.NOT_PERMITTED]),
+    "capture_stream_not_ordered": Mutant(
+        test=DECODE,
+        edits=[(PARALLEL, WAIT, "        pass\n")],
+        oracle="stream-order",
+        texts=["unordered access across streams", "stream 1"]),
+    "wait_moved_after_the_read": Mutant(
+        test=DECODE,
+        edits=[(PARALLEL, WAIT, "        pass\n"),
+               (PARALLEL, "            with maybe_pynccl_context, maybe_pymscclpp_context:\n"
+                          "                yield graph_capture_context\n",
+                "            with maybe_pynccl_context, maybe_pymscclpp_context:\n"
+                "                yield graph_capture_context\n"
+                "            if curr_stream != stream:\n                stream.wait_stream(curr_stream)\n")],
+        oracle="stream-order",
+        texts=["unordered access across streams", "stream 1"]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_legality_mutant_fails_with_cuda_text(name, tmp_path):
-    edits, test, oracle, texts = MUTANTS[name]
-    assert_mutant_fails(test, name, edits, tmp_path, oracle, texts)
+    assert_caught(name, MUTANTS[name], tmp_path)

@@ -59,6 +59,7 @@ def test_every_operator_fires_and_none_touches_docstrings_logging_or_annotations
     assert by_operator["swap-and-or"].mutated == "kept = [bs for bs in capture_bs if (bs <= limit or bs > 0)]"
 
 
+@pytest.mark.slow
 def test_the_draw_is_the_same_for_a_seed_and_ids_are_stable():
     found = targets.targeted_functions(Path(require_sglang()))
     texts = {t.file: t.text for t in found}
@@ -88,6 +89,7 @@ def _kwargs_mutant(text_of: str) -> tuple[operators.Mutant, targets.Target]:
     return mutant, target
 
 
+@pytest.mark.slow
 def test_a_mutant_the_kwargs_oracle_catches_is_killed_with_its_diagnosis(tmp_path):
     # `"options" not in compile_kwargs` flipped: mode goes to torch.compile with options (known bug 3's class)
     mutant, target = _kwargs_mutant('"options" not in compile_kwargs')
@@ -123,6 +125,7 @@ def _campaign(report_dir: Path, lines: list[int]) -> None:
     data.write()
 
 
+@pytest.mark.subprocess
 def test_unreached_mutants_are_judged_without_a_run_and_a_rerun_skips_them(tmp_path):
     _campaign(tmp_path, [1])  # nothing inside the function ran
     args = ("--functions", "build_torch_compile_kwargs", "--count", "5", "--seed", "1", "--report-dir", str(tmp_path))
@@ -137,6 +140,7 @@ def test_unreached_mutants_are_judged_without_a_run_and_a_rerun_skips_them(tmp_p
     assert len((tmp_path / "mutants.jsonl").read_text().splitlines()) == 5
 
 
+@pytest.mark.subprocess
 def test_no_mutant_starts_once_the_budget_is_spent(tmp_path):
     _campaign(tmp_path, list(range(1, 1 + len((Path(require_sglang()) / KWARGS_FILE).read_text().splitlines()))))
     done = _mutate("--functions", "build_torch_compile_kwargs", "--count", "3", "--budget", "0",
@@ -146,6 +150,7 @@ def test_no_mutant_starts_once_the_budget_is_spent(tmp_path):
     assert not (tmp_path / "mutants.jsonl").exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args, message", [
     (("--functions", "no_such_function"), "no targeted function named no_such_function"),
     (("--tree", "/"), "is not an SGLang source tree"),
@@ -234,13 +239,15 @@ def _kwargs_lines() -> range:
 
 
 def _request(report_dir: Path, **fields):
+    """A mutate request whose judging the test replaces (no warm parents to start)."""
     from harness.mutate import Request
 
-    fields = {"count": 4, "budget": None, **fields}
+    fields = {"count": 4, "budget": None, "warm": False, **fields}
     return Request(Path(require_sglang()), None, report_dir, seed=1, functions=("build_torch_compile_kwargs",),
                    workers=1, timeout=60.0, **fields)
 
 
+@pytest.mark.subprocess
 def test_fast_mode_judges_a_line_no_item_reaches_unreached_without_a_run(tmp_path, monkeypatch):
     import harness.mutate as mutate
 
@@ -305,7 +312,7 @@ def test_bad_edits_are_a_clear_message_and_exit_2(edits, message, tmp_path, caps
     assert not (tmp_path / "report" / "mutants.jsonl").exists()
 
 
-@pytest.mark.slow  # one prefill test item on a mutant: ~40 s of CPU
+@pytest.mark.subprocess  # one prefill test item on a mutant: ~40 s of CPU
 def test_the_reverse_of_bug_2s_fix_is_caught_by_the_one_item_reaching_it(tmp_path):
     from harness.mutate import edits as given_edits
     from harness.sglang_coverage import LINE_TESTS, LINE_TESTS_FORMAT, harness_commit, package_version, \
@@ -313,7 +320,7 @@ def test_the_reverse_of_bug_2s_fix_is_caught_by_the_one_item_reaching_it(tmp_pat
     from tests.test_prefill_mutants import MUTANTS
 
     sglang = Path(require_sglang())
-    (file, old, new), = MUTANTS["mixed_not_normalised"][0]  # load_batch passes MIXED through in both fields
+    (file, old, new), = MUTANTS["mixed_not_normalised"].edits  # load_batch passes MIXED through in both fields
     path = tmp_path / "reverse-of-fix.json"
     path.write_text(json.dumps([{"file": file, "old": old, "new": new}]))
     edit, = given_edits.load(path, sglang)
@@ -337,7 +344,7 @@ def test_the_reverse_of_bug_2s_fix_is_caught_by_the_one_item_reaching_it(tmp_pat
     assert row["function"] == "PrefillCudaGraphRunner.load_batch", row
 
 
-@pytest.mark.slow  # a warm parent and two forked pytest runs importing SGLang: ~30 s of CPU
+@pytest.mark.subprocess  # a warm parent and two forked pytest runs importing SGLang: ~30 s of CPU
 def test_a_warm_worker_judges_a_killing_mutant_then_a_clean_copy_without_leaking_state(tmp_path):
     from harness.mutants import scratch_sglang
     from harness.mutate.warm import WarmWorker

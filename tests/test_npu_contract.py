@@ -151,6 +151,7 @@ def test_npu_graph_update_needs_auto_dispatch_capture_as_the_real_one():
         update_begin(object(), None)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("ci", ["", "true"])
 def test_a_wheel_that_cannot_be_had_skips_or_fails_under_ci(monkeypatch, tmp_path, ci):
     monkeypatch.setenv(npu_contract.CACHE_VARIABLE, str(tmp_path))

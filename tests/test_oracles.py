@@ -223,6 +223,7 @@ def test_compiles_quiet_on_valid_kwargs_and_caches():
     assert list(cache.values()) == [None]
 
 
+@pytest.mark.slow
 def test_compiles_fires_when_torch_rejects_what_sglang_built():
     with fires("compiles", "torch.compile rejected", "Either mode or options"):
         check_compiles({"backend": "inductor", "mode": "default", "options": {}}, SPEC,
@@ -264,3 +265,14 @@ def test_npu_compile_backend_counts_its_compiles():
     with counter.expect(num_platform_backend_compiles=1, num_dynamo_frames_compiled=1):
         assert compiled(torch.ones(2)).tolist() == [3.0, 3.0]  # 2 * 1 + 1
         compiled(torch.ones(2))  # same guards: no second compile
+
+
+def test_capture_failure_message_without_its_way_out_fires_and_a_full_one_passes():
+    from harness.oracles.capture_failure import check_capture_failure_message
+
+    cause = "CUDA out of memory (injected)"
+    full = (f"Capture prefill CUDA graph failed: {cause}. backend: tc_piecewise. Retry with "
+            "--cuda-graph-backend-prefill=breakable")
+    check_capture_failure_message(full, cause=cause, backend="tc_piecewise")
+    with fires("capture-failure", "lacks ['--cuda-graph-backend-prefill=breakable']"):
+        check_capture_failure_message(full.split(" Retry")[0], cause=cause, backend="tc_piecewise")

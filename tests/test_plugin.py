@@ -22,6 +22,7 @@ from tests.mutant_runs import failure_records, run_suite_on_mutant
 from tests.test_compile_kwargs_mutants import MUTANTS, SUITE
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("option, value, choices", [("--device", "tpu", "'cpu', 'cuda', 'npu'"),
                                                     ("--profile", "fast", "'gate', 'nightly', 'repro'"),
                                                     ("--personality", "tpu", "'cuda', 'npu'")])
@@ -45,6 +46,7 @@ def test_missing_sglang_says_how_to_install_it(monkeypatch, capsys):
     assert "SGLang is not installed" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_a_release_without_the_path_skips_with_the_reason(tmp_path):
     renamed = [("multimodal_gen/runtime/utils/torch_compile.py", "def build_torch_compile_kwargs(",
                 "def _renamed_build_torch_compile_kwargs(")]
@@ -59,8 +61,10 @@ def test_records_of_a_killed_run_are_kept_up_to_the_torn_line(tmp_path):
     assert load(tmp_path, "examples", "r") == [good]
 
 
+@pytest.mark.subprocess
 def test_the_replay_command_of_a_failure_replays_it(tmp_path):
-    edits, oracle, diagnosis = MUTANTS["oot_hooks_ignored"]
+    mutant = MUTANTS["oot_hooks_ignored"]
+    edits, oracle, (diagnosis,) = mutant.edits, mutant.oracle, mutant.texts
     first, _ = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "first")
     failure = failure_records(tmp_path / "first")[0]
     assert first == 1 and {"seed", "sglang", "torch", "drawn", "replay"} <= failure.keys()
@@ -73,6 +77,7 @@ def test_the_replay_command_of_a_failure_replays_it(tmp_path):
     assert again == 1 and replayed["oracle"] == oracle and diagnosis in replayed["diagnosis"], output[-2000:]
 
 
+@pytest.mark.subprocess
 def test_a_redis_database_that_does_not_answer_is_a_usage_error(tmp_path):
     code, output = run_pytest([SUITE, "--example-db", "redis://127.0.0.1:1/0", "--report-dir", str(tmp_path)])
     assert code == 4 and "does not answer" in output and "redis://127.0.0.1:1/0" in output, output[-2000:]
@@ -104,10 +109,11 @@ def redis_url(tmp_path):
         server.wait(timeout=10)
 
 
+@pytest.mark.subprocess
 def test_a_failure_found_on_one_machine_replays_on_another_through_redis(redis_url, tmp_path):
     """Two runs with separate report directories share only the Redis database: the second, in the repro
     profile (stored failures only), fails the same way."""
-    edits, oracle, _ = MUTANTS["oot_hooks_ignored"]
+    edits, oracle = MUTANTS["oot_hooks_ignored"].edits, MUTANTS["oot_hooks_ignored"].oracle
     found, _ = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "a",
                                    extra=("--example-db", redis_url))
     again, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path / "b",
@@ -117,6 +123,7 @@ def test_a_failure_found_on_one_machine_replays_on_another_through_redis(redis_u
     assert replayed["oracle"] == oracle and replayed["profile"] == "repro"
 
 
+@pytest.mark.subprocess
 def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path, monkeypatch):
     """Also under a CI variable, where Hypothesis would otherwise switch to its derandomised "ci" profile."""
     monkeypatch.delenv("CI", raising=False)
@@ -130,9 +137,10 @@ def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path,
     assert len(runs[0]) >= 40 and runs[0] == runs[1] == runs[2]
 
 
+@pytest.mark.subprocess
 def test_a_failure_under_xdist_is_reported_with_its_properties(tmp_path):
     """Under xdist the worker ships the failure (and its JUnit properties) to the controller: all plain text."""
-    edits, oracle, _ = MUTANTS["oot_hooks_ignored"]
+    edits, oracle = MUTANTS["oot_hooks_ignored"].edits, MUTANTS["oot_hooks_ignored"].oracle
     code, output = run_suite_on_mutant(SUITE, "oot_hooks_ignored", edits, tmp_path, extra=("-n", "1"))
     assert code in (1, 2) and "INTERNALERROR" not in output, output[-3000:]  # 2: xdist stopped on -x
     failure = failure_records(tmp_path)[0]
@@ -160,6 +168,7 @@ def test_gate_refuses_a_path_that_is_not_a_source_tree(shape, tmp_path, capsys):
 FAILING = "tests/targets_that_fail.py"
 
 
+@pytest.mark.subprocess
 def test_a_replay_blob_replays_exactly_that_example_through_reproduce_failure(tmp_path):
     """The blob comes from Hypothesis's observability callbacks (the minimal failing example's decorator); the
     replay applies `@reproduce_failure` with it, so exactly that one example runs, and fails the same way."""
@@ -177,6 +186,7 @@ def test_a_replay_blob_replays_exactly_that_example_through_reproduce_failure(tm
     assert shlex.split(failure_records(tmp_path / "replay")[0]["replay"])[-2:] == ["--replay-blob", blob]
 
 
+@pytest.mark.subprocess
 def test_xdist_workers_record_the_controllers_seed_and_run_id(tmp_path):
     """Nightly draws a fresh seed in the controller; its worker gets it and the run id through workerinput (no
     environment variable carries them), so the worker's records carry both and the summary finds them."""

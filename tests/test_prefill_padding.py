@@ -68,7 +68,7 @@ RUNNER = "srt/model_executor/runner/prefill_cuda_graph_runner.py"
 SLOT_PADDING = "        ] + [0] * (self._capture_req_slots - raw_bs)\n"
 
 
-@pytest.mark.slow  # a fresh process capturing the chunked-prefix variants (Triton's CPU interpreter): ~60 s
+@pytest.mark.subprocess  # a fresh process capturing the chunked-prefix variants (Triton's CPU interpreter): ~60 s
 def test_chunked_prefix_slots_padded_wrong_fire(tmp_path):
     """The runner pads the unused request slots of a chunked-prefix replay with 1-token prefixes instead of
     zero-length ones: the first batch with a cached prefix and fewer requests than slots fails, naming the chunk

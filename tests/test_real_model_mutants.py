@@ -26,6 +26,8 @@ from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeBatch, DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, family_missing, load
 
+pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this process: seconds a test
+
 # one captured size, one replay with prefixes longer than the capture's dummy batch reads
 CASE = DecodeCase(capture_bs=(2,), max_running_requests=8)
 REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[8, 3], seq_lens=[9, 4], req_pool_indices=[4, 2]),

@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 
 from harness.record import read_records
-from harness.releases import (BUG2_ORACLES, REPO, SUITE, build_command, expected, release_env, release_python,
-                              run_release, sglang_version)
+from harness.releases import (BUG2_ORACLES, REPO, SUITE, build_command, checked_releases, expected, release_env,
+                              release_python, run_release, sglang_version)
 from harness.targets.decode.v0_5_9 import NOTE as PRE14_NOTE
 from tests.mutant_runs import failure_records, run_suite_on_mutant
 
-RELEASES = ("0.5.9", "0.5.10", "0.5.14", "0.5.19")
+pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
+
+RELEASES = checked_releases()
 HYPOTHESIS_TESTS = ("test_piecewise_capture_grid_and_replay", "test_piecewise_inductor_pieces",
                     "TestPrefillMachine")  # tests without a pinned explicit example
 # Archives of main-branch trees (shared/sglang-trees/README.md), beside the project's checkout.

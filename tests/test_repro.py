@@ -79,11 +79,12 @@ def test_signatures_pick_the_suite_and_the_conditions(log, suite, conditions):
     assert conditions.items() <= found.items()
 
 
+@pytest.mark.subprocess
 def test_a_pasted_log_is_reproduced_by_search_and_replayed_standalone(tmp_path):
     log = tmp_path / "user.log"
     log.write_text("RuntimeError: Either mode or options can be specified, but both can't be specified at the "
                    "same time.\n")
-    root = scratch_sglang(MUTANTS["mode_with_options"][0])
+    root = scratch_sglang(MUTANTS["mode_with_options"].edits)
     env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{REPO_ROOT}")
     done = subprocess.run([sys.executable, "-m", "harness", "repro", str(log), "--budget", "240", "--out",
                            str(tmp_path / "out")], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
@@ -116,6 +117,7 @@ def test_known_findings_are_the_strict_xfails_and_the_pinned_regressions():
         "suites/regressions/test_decode_patch_model_override.py"]
 
 
+@pytest.mark.slow
 def test_a_known_finding_is_named_without_a_search(tmp_path, capsys):
     log = tmp_path / "user.log"
     log.write_text("WARNING cuda_piecewise_backend.py: PCG capture stream is not set. This can be a Dynamo runtime "
@@ -233,6 +235,7 @@ def test_conditions_narrow_only_by_what_the_strategies_read():
     assert "personality" in strategy_names("decode_capture")  # passed to pytest as --personality by the search
 
 
+@pytest.mark.subprocess
 def test_the_search_passes_the_personality_to_pytest(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(repro_module, "run_pytest", lambda args, **kwargs: calls.append((args, kwargs)))
@@ -249,7 +252,8 @@ def test_the_search_passes_the_personality_to_pytest(monkeypatch, tmp_path):
     ("answers are wrong at high concurrency\nsglang serve --model-path m --enable-piecewise-cuda-graph\n",
      ("wrong-output", "prefill_pcg")),
     # words about outputs beside a traceback are not this family: the traceback is the report
-    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nConnectionError: reset\nthe output was garbled",
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nConnectionError: reset\n"
+     "the output was garbled",
      None),
 ])
 def test_the_wrong_output_family_reads_words_only_without_a_traceback(log, expected):

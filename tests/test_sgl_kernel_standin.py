@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from harness.devices import prepare
 
 
@@ -16,6 +18,7 @@ def run(code: str) -> str:
     return result.stdout
 
 
+@pytest.mark.subprocess
 def test_gpu_standin_answers_every_kernel_and_keeps_non_kernel_fallbacks():
     out = run("""
         import torch
@@ -39,6 +42,7 @@ def test_gpu_standin_answers_every_kernel_and_keeps_non_kernel_fallbacks():
     assert "scalar_type missing" in out
 
 
+@pytest.mark.subprocess
 def test_cpu_standin_answers_only_the_import_time_names():
     out = run("""
         from harness.devices import sgl_kernel_standin as s

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from harness.bisect.checkout import Checkout, Commit
 from harness.errors import HarnessError
@@ -40,8 +40,8 @@ class Request:
     tree: str
     good: str
     bad: str
-    test: Optional[str]  # a pytest node id in the harness (or None with `repro`)
-    repro: Optional[str]  # a standalone script `python -m harness repro` wrote
+    test: str | None  # a pytest node id in the harness (or None with `repro`)
+    repro: str | None  # a standalone script `python -m harness repro` wrote
     python: str
     report_dir: Path
     timeout: float
@@ -53,7 +53,7 @@ def _last_error(output: str) -> str:
     return next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "no output")[:300]
 
 
-def _imports(python: str, root: Path) -> Optional[str]:
+def _imports(python: str, root: Path) -> str | None:
     """None when `import sglang` works from `root` in `python`'s environment, else why it does not."""
     done = subprocess.run([python, "-c", "import sglang"], capture_output=True, text=True, timeout=300,
                           env=_env(root), cwd=REPO_ROOT)

@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import importlib
 import os
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 DEVICES = ("cpu", "cuda", "npu")
 PERSONALITIES = ("cuda", "npu")
@@ -30,7 +30,7 @@ PERSONALITIES = ("cuda", "npu")
 class Device:
     name: str
     torch_device: str
-    skip_reason: Optional[str]
+    skip_reason: str | None
     _install: Callable[[str], contextlib.AbstractContextManager]
     _capture_mode: Callable[[str], contextlib.AbstractContextManager]
     _modes_used: Callable[[], list]

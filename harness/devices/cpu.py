@@ -67,7 +67,8 @@ import itertools
 import linecache
 import sys
 import types
-from typing import Any, Iterator, Optional
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -273,7 +274,7 @@ def _replay_steps(steps: list[_Step]) -> None:
 # Rerun mode: the `with` block that entered the capture, read from source
 # --------------------------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=256)
-def _module_tree(filename: str) -> Optional[ast.Module]:
+def _module_tree(filename: str) -> ast.Module | None:
     source = "".join(linecache.getlines(filename))
     if not source:
         return None
@@ -305,16 +306,16 @@ class VirtualGraph:
 
     def __init__(self, *args, **kwargs) -> None:
         self.graph_id = next(_graph_ids)
-        self.mode: Optional[str] = None
+        self.mode: str | None = None
         self.num_ops = 0
         self.num_launches = 0
         self.capture_site = ""
         self.updates: list = []
         self._pool = None
         self._steps: list[_Step] = []
-        self._recorder: Optional[_Recorder] = None
-        self._rerun: Optional[tuple] = None
-        self._frame: Optional[types.FrameType] = None
+        self._recorder: _Recorder | None = None
+        self._rerun: tuple | None = None
+        self._frame: types.FrameType | None = None
         self._captured = False
         counter.num_graphs_created += 1
 
@@ -405,7 +406,7 @@ class graph:  # noqa: N801 - mirrors torch.cuda.graph
     """`with graph(g, pool=..., stream=...):` captures the block into `g` (a `VirtualGraph`). As torch's: without a
     stream it captures on one side stream shared by all such captures, and it synchronises the device first."""
 
-    default_capture_stream: Optional[streams.Stream] = None
+    default_capture_stream: streams.Stream | None = None
 
     def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode=None, **ignored) -> None:
         if not isinstance(cuda_graph, VirtualGraph):

@@ -8,7 +8,7 @@ without changing how SGLang registered it: the schema, the fake kernel and the C
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
@@ -81,7 +81,7 @@ def caller_site(skip: int = 2) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
-def capturing() -> Optional[Any]:
+def capturing() -> Any | None:
     """The graph this thread is capturing into, or None."""
     return getattr(_capture, "graph", None)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Optional
 
 # module -> names SGLang 0.5.9-0.5.13 import from it at import time on a CPU machine (found by importing the model
 # runner, the piecewise graph runner, the compile path and the server args with a recording module).
@@ -46,7 +45,7 @@ IMPORT_TIME_NAMES: dict[str, tuple[str, ...]] = {
 }
 GPU_SUBMODULES = ("sgl_kernel.kvcacheio", "sgl_kernel.quantization")
 MARKER = "__harness_standin__"
-_state: dict[str, Optional[str]] = {"installed": None}
+_state: dict[str, str | None] = {"installed": None}
 
 
 class SglKernelStandInCalled(RuntimeError):
@@ -96,7 +95,7 @@ def _module(name: str, names: tuple[str, ...] = (), any_name: bool = False) -> t
     return module
 
 
-def real_sgl_kernel_error() -> Optional[str]:
+def real_sgl_kernel_error() -> str | None:
     """None when the real `sgl_kernel` imports; otherwise why not (the stand-in's reason)."""
     module = sys.modules.get("sgl_kernel")
     if module is not None:
@@ -110,7 +109,7 @@ def real_sgl_kernel_error() -> Optional[str]:
         return f"{type(error).__name__}: {error}"
 
 
-def ensure(platform: str = "cpu") -> Optional[str]:
+def ensure(platform: str = "cpu") -> str | None:
     """Install the stand-in for `platform` ("cpu": the import-time names; "cuda": every name) if the real package
     does not import; returns why it was needed (None: the real package)."""
     if _state["installed"] is not None:

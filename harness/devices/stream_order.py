@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import os
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch.cuda._sanitizer import DEFAULT_STREAM_ID, Access, AccessType, StreamSynchronizations, TensorInfo
@@ -33,7 +33,7 @@ SWITCH = "HARNESS_STREAM_ORDER"
 MAX_RACES = 20
 
 
-def off_reason() -> Optional[str]:
+def off_reason() -> str | None:
     """Why the checker is off in this process, or None when it is on."""
     if os.environ.get(SWITCH, "on").lower() in ("off", "0", "false", "no"):
         return f"{SWITCH}=off"
@@ -139,7 +139,7 @@ def device_synchronized() -> None:
 
 
 # -- accesses ---------------------------------------------------------------------------------------------------
-def _storage(value) -> Optional[torch.Tensor]:
+def _storage(value) -> torch.Tensor | None:
     if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.device.type != "cpu":
         return None  # fake, meta and functional tensors of compilation carry no data
     return value
@@ -179,7 +179,7 @@ def _access(tensor: torch.Tensor, kind: AccessType, stream: int, operator: str, 
         info.reads.append(access)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _plan(func) -> tuple[str, tuple[tuple[int, str, AccessType], ...], tuple[int, ...]]:
     """What an operator's schema says once, not per call: its name; per argument it touches, (position, name,
     READ or WRITE; views skipped: metadata only); the positions of the results it allocates (fresh storage)."""

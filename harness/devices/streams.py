@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 import torch
 
@@ -42,7 +42,7 @@ class _Waitable:
 class Stream(_Waitable):
     """A stream with identity; `cuda_stream` / `stream_id` give its number (0: the default stream)."""
 
-    def __init__(self, device=None, priority: int = 0, *, _stream_id: Optional[int] = None, **ignored) -> None:
+    def __init__(self, device=None, priority: int = 0, *, _stream_id: int | None = None, **ignored) -> None:
         self.stream_id = next(_stream_ids) if _stream_id is None else _stream_id
         self.priority = priority
         self.device = torch.device("cpu")
@@ -54,14 +54,14 @@ class Stream(_Waitable):
     def cuda_stream(self) -> int:
         return self.stream_id
 
-    def wait_event(self, event: "Event") -> None:
+    def wait_event(self, event: Event) -> None:
         event.wait(self)
 
-    def wait_stream(self, stream: "Stream") -> None:
+    def wait_stream(self, stream: Stream) -> None:
         if stream is not self:
             self.wait_event(stream.record_event())
 
-    def record_event(self, event: Optional["Event"] = None) -> "Event":
+    def record_event(self, event: Event | None = None) -> Event:
         event = Event() if event is None else event
         event.record(self)
         return event
@@ -69,7 +69,7 @@ class Stream(_Waitable):
     def _synchronized(self) -> None:
         stream_order.stream_synchronized(self)
 
-    def __enter__(self) -> "Stream":  # `with stream:` as torch.Stream allows
+    def __enter__(self) -> Stream:  # `with stream:` as torch.Stream allows
         self._previous = current_stream()
         set_stream(self)
         return self
@@ -90,20 +90,20 @@ class Event(_Waitable):
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
                  external: bool = False, **ignored) -> None:
         self.event_id = next(_event_ids)
-        self.recorded_on: Optional[Stream] = None
+        self.recorded_on: Stream | None = None
         stream_order.event_created(self)
 
-    def record(self, stream: Optional[Stream] = None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         self.recorded_on = current_stream() if stream is None else stream
         stream_order.event_recorded(self, self.recorded_on)
 
-    def wait(self, stream: Optional[Stream] = None) -> None:
+    def wait(self, stream: Stream | None = None) -> None:
         stream_order.event_waited(self, current_stream() if stream is None else stream)
 
     def _synchronized(self) -> None:
         stream_order.event_synchronized(self)
 
-    def elapsed_time(self, end_event: "Event") -> float:
+    def elapsed_time(self, end_event: Event) -> float:
         return 0.0
 
     def __repr__(self) -> str:
@@ -123,7 +123,7 @@ def set_stream(stream: Stream) -> None:
 
 
 @contextlib.contextmanager
-def stream(target: Optional[Stream]) -> Iterator[None]:
+def stream(target: Stream | None) -> Iterator[None]:
     """`torch.cuda.stream(s)`: work inside runs on `s` (None: unchanged)."""
     if target is None:
         yield

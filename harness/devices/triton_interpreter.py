@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import types
-from typing import Any, Iterable, Iterator
+from typing import Any
+from collections.abc import Iterable, Iterator
 
 import pytest
 

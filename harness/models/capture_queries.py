@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -23,7 +23,7 @@ import torch
 class Answer:
     site: str
     phase: str  # "capturing" or "serving"
-    capture_mode: Optional[bool]  # SGLang's get_is_capture_mode() (None: the release has no such query)
+    capture_mode: bool | None  # SGLang's get_is_capture_mode() (None: the release has no such query)
     stream_capturing: bool  # the device module's is_current_stream_capturing()
 
 
@@ -31,7 +31,7 @@ class Answer:
 QUERY_HOMES = ("sglang.srt.model_executor.runner_utils.capture_mode", "sglang.srt.model_executor.cuda_graph_runner")
 
 
-def _installed_query() -> Optional[Callable[[], bool]]:
+def _installed_query() -> Callable[[], bool] | None:
     """The release's query, looked up on its module at each call (so a patched module is what answers)."""
     import importlib
 

@@ -61,7 +61,7 @@ at replay where `ForwardBatch.init_new` would).
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -106,7 +106,7 @@ def expected_output(input_ids, positions, seq_lens, *, req_pool_indices, out_cac
     return h * torch.arange(1, VOCAB + 1, dtype=torch.float64), h.expand(-1, HIDDEN)
 
 
-def visible_draft_counts(seq_lens: Sequence[int], custom_mask: Optional[torch.Tensor], width: int,
+def visible_draft_counts(seq_lens: Sequence[int], custom_mask: torch.Tensor | None, width: int,
                          rows: int) -> torch.Tensor:
     """Per token row, the True entries of its draft columns in an EAGLE verify mask: request r owns `width` rows of
     `seq_lens[r] + width` columns (its prefix, then its drafts), requests one after another. Rows the mask does not
@@ -149,8 +149,8 @@ class LoRAManagerDouble:
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
-        self.graph_scales: Optional[torch.Tensor] = None
-        self.batch_scales: Optional[torch.Tensor] = None
+        self.graph_scales: torch.Tensor | None = None
+        self.batch_scales: torch.Tensor | None = None
         self.lora_backend = type("LoRABackendDouble", (), {"skip_inactive_dense_lora": False})()
         self.prepared = 0
 
@@ -161,7 +161,7 @@ class LoRAManagerDouble:
             self.graph_scales = torch.zeros(rows, device=self.device)
 
     def init_cuda_graph_batch_info(self, max_bs_in_cuda_graph: int, num_tokens_per_req: int = 1,
-                                   num_tokens_per_bs: Optional[int] = None) -> None:
+                                   num_tokens_per_bs: int | None = None) -> None:
         """Up to 0.5.1x's name for `init_decode_cuda_graph_batch_info` (0.5.14 passes `num_tokens_per_bs`,
         0.5.19 `num_tokens_per_req`)."""
         self.init_decode_cuda_graph_batch_info(
@@ -222,7 +222,7 @@ def bind_sglang_hooks(*, attn_backend=None, lora_variant=None) -> None:
 class DecodeModel(torch.nn.Module):
     """See the module docstring. `lora_manager` None: no LoRA step; `mrope`: an mRoPE model."""
 
-    def __init__(self, lora_manager: Optional[LoRAManagerDouble] = None, mrope: bool = False) -> None:
+    def __init__(self, lora_manager: LoRAManagerDouble | None = None, mrope: bool = False) -> None:
         super().__init__()
         self.lora_manager = lora_manager
         self.mrope = mrope
@@ -230,7 +230,7 @@ class DecodeModel(torch.nn.Module):
         self.shared_experts_config = None  # read by SGLang's BaseRunner.model_context
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
-                input_embeds: Optional[torch.Tensor] = None, **kwargs):
+                input_embeds: torch.Tensor | None = None, **kwargs):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
         capture_queries.ask("DecodeModel.forward", input_ids.device)  # as a real layer asks (see that module)

@@ -52,7 +52,7 @@ What it exercises, the way SGLang's own layers do:
 """
 # No `from __future__ import annotations`: the body's annotations are the objects most SGLang model files hand
 # `install_torch_compiled` (the deepstack body below spells them as strings, as files with that import do).
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -131,8 +131,8 @@ def register_attention_op():
     from harness.devices.custom_ops import add_cpu_kernel
 
     def harness_prefill_attention(x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
-                                  prefix_kv_indices: List[torch.Tensor],
-                                  prefix_cu_seq_lens: Optional[torch.Tensor]) -> None:
+                                  prefix_kv_indices: list[torch.Tensor],
+                                  prefix_cu_seq_lens: torch.Tensor | None) -> None:
         _attention_kernel(x, output, slots, layer_id, prefix_kv_indices, prefix_cu_seq_lens)
 
     op = register_custom_op(mutates_args=["output"])(register_split_op()(harness_prefill_attention))
@@ -196,10 +196,10 @@ class PrefillModel(nn.Module):
     def __init__(self, num_layers: int = NUM_LAYERS):
         super().__init__()
         self.layers = nn.ModuleList(PrefillLayer(i) for i in range(num_layers))
-        self.lora_manager: Optional["PrefillLoRAManagerDouble"] = None  # a LoRA server's (set by the target)
+        self.lora_manager: PrefillLoRAManagerDouble | None = None  # a LoRA server's (set by the target)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
-                input_embeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+                input_embeds: torch.Tensor | None = None) -> torch.Tensor:
         position = (positions.sum(dim=0) if positions.dim() == 2 else positions).to(torch.float32)
         embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
         h = embedded + torch.stack([torch.zeros_like(position), position], dim=-1)
@@ -215,8 +215,8 @@ class DeepstackPrefillModel(PrefillModel):
     """A body taking Qwen3-VL's deepstack embeddings (string annotations, as in a file with the future import)."""
 
     def forward(self, input_ids: "torch.Tensor", positions: "torch.Tensor", forward_batch,
-                input_embeds: "Optional[torch.Tensor]" = None,
-                input_deepstack_embeds: "Optional[torch.Tensor]" = None) -> "torch.Tensor":
+                input_embeds: "torch.Tensor | None" = None,
+                input_deepstack_embeds: "torch.Tensor | None" = None) -> "torch.Tensor":
         if input_deepstack_embeds is not None:  # the visual features merged into h0, as the first layers do
             embedded = embed_tokens(input_ids) if input_embeds is None else input_embeds.to(torch.float32)
             input_embeds = embedded + input_deepstack_embeds[:, :HIDDEN].to(torch.float32)
@@ -249,8 +249,8 @@ def pipeline_body(num_layers: int = NUM_LAYERS) -> PrefillModel:
         """Hidden states from the previous pipeline stage, as vLLM-ported models take them."""
 
         def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
-                    input_embeds: Optional[torch.Tensor] = None,
-                    intermediate_tensors: Optional[IntermediateTensors] = None) -> torch.Tensor:
+                    input_embeds: torch.Tensor | None = None,
+                    intermediate_tensors: IntermediateTensors | None = None) -> torch.Tensor:
             if intermediate_tensors is not None:
                 input_embeds = intermediate_tensors["hidden_states"]
             return super().forward(input_ids, positions, forward_batch, input_embeds=input_embeds)
@@ -261,7 +261,7 @@ def pipeline_body(num_layers: int = NUM_LAYERS) -> PrefillModel:
 STAGE_ROWS = 512  # rows of the "pipeline" model's receive buffer: more than any batch the suites send
 
 
-def stage_input(buffer: torch.Tensor, input_ids: torch.Tensor, input_embeds: Optional[torch.Tensor]) -> dict:
+def stage_input(buffer: torch.Tensor, input_ids: torch.Tensor, input_embeds: torch.Tensor | None) -> dict:
     """What the previous pipeline stage hands the "pipeline" body: its hidden states e (the embedding), received
     into a persistent buffer (address-stable, as SGLang's static pp-proxy buffers are: captured graphs read inputs
     at their capture-time addresses)."""
@@ -309,7 +309,7 @@ class PrefillForCausalLM(nn.Module):
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
-                input_embeds: Optional[torch.Tensor] = None, **kwargs):
+                input_embeds: torch.Tensor | None = None, **kwargs):
         """As SGLang's VLM wrappers: mRoPE positions from the batch; an image batch's own embeddings copied into
         the batch's `input_embeds` buffer when it has one; a text-only batch handed to the body as ids alone."""
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
@@ -353,7 +353,7 @@ class PrefillForConditionalGeneration(nn.Module):
         return self.language_model.get_input_embeddings()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
-                input_embeds: Optional[torch.Tensor] = None, **kwargs):
+                input_embeds: torch.Tensor | None = None, **kwargs):
         return self.language_model(input_ids, positions, forward_batch, input_embeds=input_embeds, **kwargs)
 
 
@@ -364,8 +364,8 @@ def scores(output) -> torch.Tensor:
     return output.embeddings if logits is None else logits
 
 
-def initial_hidden(tokens: Sequence[int], embeds: Optional[Sequence[Sequence[float]]] = None,
-                   mrope_delta: Optional[Sequence[int]] = None, adapter: Optional[str] = None) -> list[list[float]]:
+def initial_hidden(tokens: Sequence[int], embeds: Sequence[Sequence[float]] | None = None,
+                   mrope_delta: Sequence[int] | None = None, adapter: str | None = None) -> list[list[float]]:
     """h0 of one request's whole sequence (positions 0..len-1), from the module docstring: e + (0, p).
     `embeds`: the request's own embeddings (one pair per token) in place of (id, 0); `mrope_delta`: the per-axis
     shifts of its mRoPE positions (None: a text model, p = position); `adapter`: its LoRA adapter, whose scale
@@ -419,19 +419,19 @@ class PrefillLoRAManagerDouble:
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
-        self.max_num_tokens: Optional[int] = None
-        self.max_num_requests: Optional[int] = None
-        self.static_scales: Optional[torch.Tensor] = None
-        self.batch_scales: Optional[torch.Tensor] = None  # per token of the prepared batch (padding 0)
+        self.max_num_tokens: int | None = None
+        self.max_num_requests: int | None = None
+        self.static_scales: torch.Tensor | None = None
+        self.batch_scales: torch.Tensor | None = None  # per token of the prepared batch (padding 0)
         self.routing_resets = 0
 
-    def init_prefill_cuda_graph_batch_info(self, max_num_tokens: int, max_num_requests: Optional[int] = None):
+    def init_prefill_cuda_graph_batch_info(self, max_num_tokens: int, max_num_requests: int | None = None):
         self.max_num_tokens = max_num_tokens
         self.max_num_requests = min(max_num_requests or max_num_tokens, LORA_GRAPH_MAX_REQUESTS)
         self.static_scales = torch.zeros(max_num_tokens, device=self.device)
 
     @property
-    def prefill_cuda_graph_max_bs(self) -> Optional[int]:
+    def prefill_cuda_graph_max_bs(self) -> int | None:
         """The request cap of the static batch info (None before it is sized); 0.5.19's runner clamps to it."""
         return self.max_num_requests
 

@@ -6,7 +6,8 @@ applied to a scratch copy of SGLang and judged (`judge`), K at a time: by defaul
 items the campaign's line map says execute its line, fastest first, stopping at the first kill; with `--thorough`
 (or when the map is missing or stale, which is said) by every suite that drives its file. Records go to
 REPORT_DIR/mutants.jsonl as they finish, so a killed run keeps what it did and a rerun with the same seed and mode
-skips what is judged already. With `--warm` each run is forked from a warm parent per worker (`warm`).
+skips what is judged already. Each run is forked from a warm parent per worker (`warm`; `--cold`: a fresh
+interpreter per run).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from harness import record as records
 from harness.mutate import edits as given_edits, reach, report, warm as warm_runs
@@ -32,17 +33,17 @@ RECORDS = "mutants.jsonl"
 @dataclasses.dataclass
 class Request:
     sglang_dir: Path  # the sglang package mutated (installed, or a tree's)
-    sglang_root: Optional[Path]  # the folder holding a tree's sglang (None: the installed release)
+    sglang_root: Path | None  # the folder holding a tree's sglang (None: the installed release)
     report_dir: Path
-    count: Optional[int]
+    count: int | None
     seed: int
     functions: Sequence[str]
     workers: int
-    budget: Optional[float]
+    budget: float | None
     timeout: float
     thorough: bool = False  # every suite that drives the file, not only the items reaching the line
-    edits: Optional[Path] = None  # a JSON list of {"file", "old", "new"} judged instead of drawn mutants
-    warm: bool = False  # fork each run from a warm parent (`warm`) instead of starting a fresh interpreter
+    edits: Path | None = None  # a JSON list of {"file", "old", "new"} judged instead of drawn mutants
+    warm: bool = True  # fork each run from a warm parent (`warm`) instead of starting a fresh interpreter
 
 
 def judged_before(path: Path) -> list[dict]:
@@ -163,9 +164,10 @@ def _warm_workers(wanted: bool, count: int):
     workers = queue.Queue()
     started = []
     try:
-        for _ in range(count):
-            started.append(warm_runs.WarmWorker())
-            workers.put(started[-1])
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:  # each parent's imports take seconds: at once
+            for future in [pool.submit(warm_runs.WarmWorker) for _ in range(count)]:
+                started.append(future.result())
+                workers.put(started[-1])
         yield workers
     finally:
         for worker in started:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from harness.errors import HarnessError
 from harness.mutants import device_args, run_pytest, scratch_sglang
@@ -35,7 +35,7 @@ def _crash_line(output: str) -> str:
 
 
 def _run(mutant: Mutant, root: Path, paths: Sequence[str], report_dir: Path, timeout: float,
-         python: Optional[str], warm=None) -> tuple[Optional[str], dict]:
+         python: str | None, warm=None) -> tuple[str | None, dict]:
     """One pytest run of `paths` with `-x` on the mutated copy at `root`: (verdict or None if it passed, fields);
     `warm`: a `warm.WarmWorker` to fork the run from (default: a fresh interpreter)."""
     shutil.rmtree(report_dir, ignore_errors=True)  # a rerun after a killed run reads only its own records
@@ -61,7 +61,7 @@ def _run(mutant: Mutant, root: Path, paths: Sequence[str], report_dir: Path, tim
 
 
 def judge(mutant: Mutant, text: str, sglang_dir: Path, suites: tuple[Suite, ...], work: Path,
-          timeout: float, python: Optional[str] = None, warm=None) -> dict:
+          timeout: float, python: str | None = None, warm=None) -> dict:
     """Thorough: run the suites on `mutant` applied to `text` (its file's text in `sglang_dir`); its record."""
     started = time.monotonic()
     root = scratch_sglang([(mutant.file, text, mutant.apply(text))], base=str(sglang_dir))
@@ -75,7 +75,7 @@ def judge(mutant: Mutant, text: str, sglang_dir: Path, suites: tuple[Suite, ...]
 
 
 def judge_tests(mutant: Mutant, text: str, sglang_dir: Path, tests: Sequence[str], work: Path,
-                timeout: float, python: Optional[str] = None, warm=None) -> dict:
+                timeout: float, python: str | None = None, warm=None) -> dict:
     """Fast: run only `tests` (the items that execute the mutated line, fastest first) in one process, stopping at
     the first kill; the record names the items given, those that ran and the one that killed it."""
     started = time.monotonic()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 COMPARISON_FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                     ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
@@ -96,7 +96,7 @@ def _changes(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
                 yield "swap-call-args", ast.Call(node.func, args, node.keywords)
 
 
-def _condition_of(node: ast.AST) -> Optional[ast.expr]:
+def _condition_of(node: ast.AST) -> ast.expr | None:
     return node.test if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)) else None
 
 

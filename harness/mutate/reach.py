@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from harness.errors import HarnessError
 from harness.record import read_records
@@ -21,7 +21,7 @@ from harness.sglang_coverage import LINE_TESTS, LINE_TESTS_FORMAT, harness_commi
 DATA = ".sglang-coverage"
 
 
-def campaign_sglang(report_dir: Path) -> Optional[str]:
+def campaign_sglang(report_dir: Path) -> str | None:
     """The sglang directory a campaign in `report_dir` ran against (None: no campaign with coverage there)."""
     if not (report_dir / DATA).exists():
         return None
@@ -31,7 +31,7 @@ def campaign_sglang(report_dir: Path) -> Optional[str]:
     return None
 
 
-def ensure_campaign(report_dir: Path, sglang_dir: Path, sglang_root: Optional[Path]) -> None:
+def ensure_campaign(report_dir: Path, sglang_dir: Path, sglang_root: Path | None) -> None:
     """Run the gate campaign (coverage on) into `report_dir` unless one against `sglang_dir` is there already (one
     of another SGLang there is a usage error: its coverage says nothing of this one's lines);
     `sglang_root`: the folder holding a source tree's `sglang`, imported ahead of the installed one."""
@@ -74,7 +74,7 @@ class LineMap:
     files: dict[str, dict[str, list[str]]]
     durations: dict[str, float]
 
-    def tests(self, file: str, lines: Iterable[int]) -> Optional[list[str]]:
+    def tests(self, file: str, lines: Iterable[int]) -> list[str] | None:
         """The items that executed any of `lines` of `file`, fastest first; [] when only code outside every item
         did (an import: the fastest item of the file's tests is enough to show a crash); None when nothing did."""
         by_line = self.files.get(file, {})
@@ -90,7 +90,7 @@ class LineMap:
         return sorted(found, key=lambda n: (self.durations.get(n, float("inf")), n))[:1]
 
 
-def line_map(report_dir: Path, sglang_dir: Path) -> tuple[Optional[LineMap], str]:
+def line_map(report_dir: Path, sglang_dir: Path) -> tuple[LineMap | None, str]:
     """The campaign's line map and '' when it fits `sglang_dir` and this harness; else None and why not (missing,
     another format, another SGLang path, release or text of the targeted files, another harness commit)."""
     path = report_dir / LINE_TESTS

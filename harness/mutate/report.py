@@ -5,7 +5,7 @@ the items it was given, how many ran and the one that killed it."""
 from __future__ import annotations
 
 import collections
-from typing import Iterable
+from collections.abc import Iterable
 
 from harness.mutate.judge import KILLED, SURVIVED, TIMED_OUT, UNREACHED
 

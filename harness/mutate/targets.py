@@ -6,7 +6,7 @@ import ast
 import dataclasses
 import random
 from pathlib import Path
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from harness.errors import HarnessError
 from harness.mutate.operators import Mutant, function_mutants, functions, valid
@@ -24,7 +24,7 @@ class Target:
 
 def targeted_functions(sglang_dir: Path) -> list[Target]:
     """Every targeted function this SGLang has, in file and line order (files it lacks are left out)."""
-    wanted: dict[str, list[Optional[str]]] = {}
+    wanted: dict[str, list[str | None]] = {}
     owners: dict[str, list[Suite]] = {}
     for suite in SUITES:
         for entry in suite.coverage:
@@ -66,7 +66,7 @@ def mutants(chosen: list[Target]) -> list[Mutant]:
     return list(dict((m.id, m) for m in every).values())
 
 
-def sample(every: list[Mutant], texts: dict[str, str], count: Optional[int], seed: int) -> list[Mutant]:
+def sample(every: list[Mutant], texts: dict[str, str], count: int | None, seed: int) -> list[Mutant]:
     """`count` valid mutants (all when None) drawn with `seed`, in file and line order; `texts`: file -> text.
     Only drawn ones are parsed (a file takes milliseconds; thousands of candidates would take minutes)."""
     order = list(range(len(every)))

@@ -4,28 +4,87 @@ sys.path (and PYTHONPATH, for what it starts), so what SGLang it imports is the 
 Each child starts from the parent's state, never from an earlier child's: nothing a mutant run does leaks into the
 next. A run past its time is killed with its process group (exit 124, as `run_pytest`).
 
+The parent also imports what SGLang imports, less SGLang (transformers, openai, pydantic, Inductor...): five sixths
+of a cold `import sglang` (13 s of 16 on this 2-core machine), so a child's SGLang import is its own modules alone.
+That list comes from a probe process that imports the suites' targeted modules and names everything else loaded;
+it is kept per environment and SGLang install (`warm_imports`). Stand-ins the harness installs (`sgl_kernel`,
+`torch_npu`, `torchair`) and torchvision (which `harness.compat` prepares) are never imported by the parent.
+
 The parent reads one JSON request a line on stdin (`args`, `sglang_root`, `mutant`, `timeout`, `output`) and answers
 one line `{"code": N}`; `WarmWorker` is its client.
 """
 from __future__ import annotations
 
+import gc
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
-from typing import Optional
 
 from harness.errors import HarnessError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+NEVER_WARM = ("sglang", "sgl_kernel", "torch_npu", "torchair", "torchvision", "harness", "suites", "tests",
+              "conftest", "__main__", "_cython_")
+
+
+def _probe() -> None:
+    """In the probe process: import the suites' targeted SGLang modules (each may fail on some release; what it
+    imported before failing still counts) and print, one a line, every other module then loaded."""
+    warnings.simplefilter("ignore")
+    from harness import registry
+    from harness.devices import sgl_kernel_standin
+
+    sgl_kernel_standin.ensure("cpu")  # as the virtual device does, so releases that import it get further
+    files = {entry.split("::")[0] for suite in registry.SUITES
+             for entry in (*suite.coverage, *(e for paths in suite.personality_coverage.values() for e in paths))}
+    for name in sorted({"sglang.srt.model_executor.model_runner",
+                        *("sglang." + f.removesuffix(".py").replace("/", ".") for f in files)}):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a release without the module, or one that needs a GPU at import
+            pass
+    print("\n".join(name for name in sorted(sys.modules) if not name.startswith(NEVER_WARM)))
+
+
+def warm_imports() -> list[str]:
+    """What SGLang imports beyond itself in this environment (cached per interpreter prefix and SGLang install)."""
+    spec = importlib.util.find_spec("sglang")  # finds the package without running it
+    if spec is None:
+        return []
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        version = "source"
+    origin = Path(spec.origin or "")
+    key = f"{sys.prefix}|{origin}|{version}|{origin.stat().st_mtime if origin.exists() else 0}"
+    cache = Path(tempfile.gettempdir()) / "harness-warm" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".txt")
+    if not cache.exists():
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+        done = subprocess.run([sys.executable, "-c", "from harness.mutate.warm import _probe; _probe()"],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            return []  # a cold child then imports them itself: slower, never wrong
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_suffix(f".{os.getpid()}")
+        partial.write_text(done.stdout)
+        partial.replace(cache)
+    return cache.read_text().split()
 
 
 def _warm_up() -> None:
-    """What every mutant run would import again: torch, Hypothesis, pytest, the harness's plugin and records."""
+    """What every mutant run would import again: torch, Hypothesis, pytest, the harness's plugin and records, and
+    the modules SGLang imports from other packages."""
     import hypothesis  # noqa: F401
     import pytest  # noqa: F401
     import torch  # noqa: F401
@@ -34,6 +93,15 @@ def _warm_up() -> None:
     import harness.pytest_plugin  # noqa: F401
     import harness.record  # noqa: F401
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in warm_imports():
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - one that imports only in SGLang's order: the child imports it then
+                pass
+    gc.collect()
+    gc.freeze()  # before the forks: a child's collections (SGLang's capture runs two) never scan this heap
     loaded = sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang."))
     if loaded:
         raise HarnessError(f"the warm parent imported {loaded[:3]}: a child would see that SGLang, not its copy")
@@ -95,7 +163,7 @@ def serve() -> None:
 class WarmWorker:
     """One warm parent; `run` has `run_pytest`'s contract (exit code, output). One run at a time per worker."""
 
-    def __init__(self, python: Optional[str] = None):
+    def __init__(self, python: str | None = None):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
         env.pop("PYTEST_XDIST_WORKER", None)
         env.pop("PYTEST_CURRENT_TEST", None)
@@ -105,7 +173,7 @@ class WarmWorker:
         if self.process.stdout.readline().strip() != "ready":
             raise HarnessError(f"the warm mutant parent did not start (exit {self.process.poll()})")
 
-    def run(self, args: list[str], *, sglang_root: Optional[Path], timeout: float, mutant: str,
+    def run(self, args: list[str], *, sglang_root: Path | None, timeout: float, mutant: str,
             output: Path) -> tuple[int, str]:
         output.parent.mkdir(parents=True, exist_ok=True)
         request = {"args": args, "sglang_root": str(sglang_root) if sglang_root else None, "mutant": mutant,

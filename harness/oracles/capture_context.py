@@ -13,7 +13,7 @@ expectation comes from the case and the device, not from SGLang's flags:
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness.models.capture_queries import Answer
 from harness.oracles import OracleFailure

@@ -8,7 +8,7 @@ swallowed it. Ops inside a capture the rules cannot classify are kept as advisor
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from harness.devices import legality
 from harness.oracles import OracleFailure

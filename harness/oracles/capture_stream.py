@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import re
 import warnings
-from typing import Optional
 
 from harness.oracles import OracleFailure
 
@@ -46,7 +45,7 @@ class Sighting:
     where: str = ""
 
 
-def classify(text: str) -> Optional[str]:
+def classify(text: str) -> str | None:
     """The name of the first signature `text` matches, or None."""
     for name, pattern in SIGNATURES:
         if pattern.search(text or ""):
@@ -55,7 +54,7 @@ def classify(text: str) -> Optional[str]:
 
 
 class _Handler(logging.Handler):
-    def __init__(self, watcher: "CaptureStreamWatcher"):
+    def __init__(self, watcher: CaptureStreamWatcher):
         super().__init__(level=logging.DEBUG)
         self.watcher = watcher
 
@@ -101,7 +100,7 @@ class CaptureStreamWatcher:
         if signature:
             self.sightings.append(Sighting(signature, form, text.strip()[:600], where))
 
-    def __enter__(self) -> "CaptureStreamWatcher":
+    def __enter__(self) -> CaptureStreamWatcher:
         _clear_once_caches()
         self._loggers = [logging.getLogger()] + [
             logger for logger in logging.Logger.manager.loggerDict.values()

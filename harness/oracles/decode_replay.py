@@ -9,7 +9,7 @@ cannot make both sides agree. Padded rows of the static inputs are held to SGLan
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from harness.counter import counter
 from harness.models.decode_model import LORA_SCALES, expected_output
@@ -117,7 +117,7 @@ def check_padding_promises(target, batch, index: int) -> None:
 
 
 def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool,
-                              replay: Optional[Callable] = None, serve_graphs: Optional[Callable] = None) -> None:
+                              replay: Callable | None = None, serve_graphs: Callable | None = None) -> None:
     """`count_replays` (a device the counter sees): each replay must also have replayed exactly one graph.
     `replay(batch, step)`: how each batch reaches the runner, returning (output, the batch whose closed form the
     output must equal); default `target.replay` and the batch itself. `serve_graphs(batch)`: the graphs the case

@@ -32,7 +32,8 @@ import inspect
 import re
 import types
 import typing
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 from unittest import mock
 
 import torch
@@ -66,7 +67,7 @@ class Trace:
     first trace of that code in this process (later ones may inherit Dynamo's automatic-dynamic frame state: an
     earlier trace of another rank or size makes more axes symbolic than anyone marked)."""
 
-    function: Optional[Callable]
+    function: Callable | None
     placeholders: list[Placeholder]
     fresh: bool = True
 
@@ -107,7 +108,7 @@ class TraceRecorder:
         self.traces: list[Trace] = []
         self._patch = None
 
-    def _recording(self, backend: Callable, function: Optional[Callable]) -> Callable:
+    def _recording(self, backend: Callable, function: Callable | None) -> Callable:
         @functools.wraps(backend)
         def record(gm, example_inputs):
             code = getattr(function, "__code__", None)
@@ -116,7 +117,7 @@ class TraceRecorder:
             return backend(gm, example_inputs)
         return record
 
-    def __enter__(self) -> "TraceRecorder":
+    def __enter__(self) -> TraceRecorder:
         original = torch.compile
 
         def compile_recording(model=None, *args, **kwargs):
@@ -154,7 +155,7 @@ def _annotation(function: Callable, name: str) -> Any:
     return annotation
 
 
-def _kind(annotation: Any) -> Optional[str]:
+def _kind(annotation: Any) -> str | None:
     """"tensor" for torch.Tensor / Optional[torch.Tensor], "intermediate" for (Optional) IntermediateTensors."""
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     members = typing.get_args(annotation) if union else (annotation,)
@@ -165,7 +166,7 @@ def _kind(annotation: Any) -> Optional[str]:
     return None
 
 
-def token_axis(name: str, ndim: int) -> Optional[int]:
+def token_axis(name: str, ndim: int) -> int | None:
     """The axis SGLang promises dynamic for a tensor named `name`: the last for mRoPE positions ([3, T]: 1), else
     0; None for a 0-d tensor."""
     if not ndim:
@@ -173,8 +174,8 @@ def token_axis(name: str, ndim: int) -> Optional[int]:
     return ndim - 1 if name in MROPE_NAMES else 0
 
 
-def promised_axes(function: Optional[Callable], placeholder: Placeholder, *,
-                  forward_batch_fields: bool = True) -> Optional[set[int]]:
+def promised_axes(function: Callable | None, placeholder: Placeholder, *,
+                  forward_batch_fields: bool = True) -> set[int] | None:
     """The axes SGLang's rule makes dynamic for `placeholder` of a trace of `function`, None where the rule says
     nothing (a tensor reached through deeper attributes; ForwardBatch fields when `forward_batch_fields` is off,
     releases before `_mark_dynamic_forward_batch`). Module state (`L['self']...`) stays static."""
@@ -283,7 +284,7 @@ class BudgetWatcher:
 
     def __init__(self) -> None:
         self.hits_before = limit_hits()
-        self.limits: Optional[dict[str, int]] = None
+        self.limits: dict[str, int] | None = None
 
     def note_limits(self) -> None:
         """Read the limits in force (call after the runner's constructor, which sets them, while the run goes on)."""

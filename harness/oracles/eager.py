@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import torch
 

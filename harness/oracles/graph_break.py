@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from harness.oracles import OracleFailure
 
 ORACLE = "graph-break"
 
 
-def find_unsupported(error: BaseException) -> Optional[BaseException]:
+def find_unsupported(error: BaseException) -> BaseException | None:
     """The first Dynamo `Unsupported` or `UserError` in `error`'s chain (itself, its causes, its contexts), else
     None."""
     from torch._dynamo.exc import Unsupported, UserError

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from harness.oracles import OracleFailure
 

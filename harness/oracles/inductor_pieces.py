@@ -11,7 +11,7 @@ served from SGLang's compile cache computes (`graph-replay`). Evidence comes fro
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
@@ -20,7 +20,7 @@ ORACLE = "dynamo-contract"
 REPLAY = "graph-replay"
 
 
-def _shape(shape: Optional[int]) -> str:
+def _shape(shape: int | None) -> str:
     return "the general (dynamic) shape" if shape is None else f"token count {shape}"
 
 

@@ -16,7 +16,7 @@ The failure names the static input and the first row that differs.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from harness.oracles import OracleFailure
 
@@ -32,7 +32,7 @@ def padded_size(num_tokens: int, sizes: Sequence[int]) -> int:
     return min(s for s in sizes if s >= num_tokens)
 
 
-def promised_value(slot) -> Optional[object]:
+def promised_value(slot) -> object | None:
     """What the registry promises a padded row of `slot` holds after `fill_from` (None: no per-replay promise)."""
     policy = getattr(slot.padding_policy, "name", str(slot.padding_policy))
     if policy == "ZERO":
@@ -42,7 +42,7 @@ def promised_value(slot) -> Optional[object]:
     return None
 
 
-def _first_bad(rows, value, start: int) -> Optional[tuple[int, object]]:
+def _first_bad(rows, value, start: int) -> tuple[int, object] | None:
     """(row index, what it holds) of the first row in `rows` (a tensor whose first axis is the row) != value."""
     for offset in range(rows.shape[0]):
         if bool((rows[offset] != value).any()):

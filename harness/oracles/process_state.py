@@ -8,7 +8,7 @@ to read and its resting value) come from the target adapter, per installed layou
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from harness.oracles import OracleFailure
 

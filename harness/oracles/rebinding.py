@@ -31,7 +31,7 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from harness.oracles import OracleFailure
 
@@ -57,7 +57,7 @@ class Finding:
     by_value_import: Site
     alias: str
     first_use_line: int
-    benign_reason: Optional[str] = None
+    benign_reason: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -86,7 +86,7 @@ CAPTURE_PATH = ("sglang.srt.model_executor", "sglang.srt.compilation", "sglang.s
                 "sglang.srt.lora.backend", "sglang.srt.platforms")
 
 
-def in_scope(finding: Finding, scope: Optional[tuple[str, ...]]) -> bool:
+def in_scope(finding: Finding, scope: tuple[str, ...] | None) -> bool:
     module = finding.by_value_import.module
     return scope is None or any(module == p or module.startswith(p + ".") for p in scope)
 
@@ -155,7 +155,7 @@ def _imported_words(text: str) -> set[str]:
     return {w for m in _IMPORT_TEXT.finditer(text) for w in _WORD.findall(m.group(1))}
 
 
-def _parse_text(text: str, name: str, path: Path, is_package: bool) -> Optional[_Module]:
+def _parse_text(text: str, name: str, path: Path, is_package: bool) -> _Module | None:
     try:
         return _Module(name, path, ast.parse(text, str(path)), is_package)
     except (SyntaxError, ValueError):
@@ -168,7 +168,7 @@ def _is_test_code(path: Path) -> bool:
         parts[-1] == "conftest.py"
 
 
-def _resolve_relative(module: _Module, level: int, target: Optional[str]) -> str:
+def _resolve_relative(module: _Module, level: int, target: str | None) -> str:
     if level == 0:
         return target or ""
     base = module.name.split(".")
@@ -220,7 +220,7 @@ def _imports(mod: _Module):
     return aliases, froms, spans
 
 
-def _dotted(node: ast.AST) -> Optional[str]:
+def _dotted(node: ast.AST) -> str | None:
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -229,7 +229,7 @@ def _dotted(node: ast.AST) -> Optional[str]:
     return None
 
 
-def _summarise(text: str, name: str, path: Path, is_package: bool) -> Optional[dict]:
+def _summarise(text: str, name: str, path: Path, is_package: bool) -> dict | None:
     """What the scan needs from one file: imports, attribute assignments (owner text, attr, line, scope), first
     read of each name."""
     mod = _parse_text(text, name, path, is_package)
@@ -278,7 +278,7 @@ class _SummaryCache:
         return Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "harness")) / "rebinding-v1.pickle"
 
     @classmethod
-    def load(cls) -> "_SummaryCache":
+    def load(cls) -> _SummaryCache:
         """The cache's entries made by this scanner (those of other versions are dropped)."""
         import pickle
 
@@ -290,7 +290,7 @@ class _SummaryCache:
             entries = {}
         return cls(path, entries)
 
-    def get(self, text: str, name: str, path: Path, is_package: bool) -> Optional[dict]:
+    def get(self, text: str, name: str, path: Path, is_package: bool) -> dict | None:
         key = (_scanner_digest(), hashlib.sha1(text.encode("utf-8", "replace")).hexdigest(), name, is_package)
         if key not in self.entries:
             self.entries[key] = _summarise(text, name, path, is_package)
@@ -333,7 +333,7 @@ def scan(root: str | os.PathLike | None = None, *, benign: dict | None = None) -
 
     cache = _SummaryCache.load()
 
-    def summary(name: str) -> Optional[dict]:
+    def summary(name: str) -> dict | None:
         path, is_package = files[name]
         return cache.get(texts[name], name, path, is_package)
 
@@ -405,7 +405,7 @@ def scan(root: str | os.PathLike | None = None, *, benign: dict | None = None) -
     return Findings(sorted(findings, key=order), sorted(harmless, key=order), len(rebindings), rebindings)
 
 
-def _benign_reason(finding: Finding, benign: dict) -> Optional[str]:
+def _benign_reason(finding: Finding, benign: dict) -> str | None:
     if finding.key in benign:
         return benign[finding.key]
     if finding.by_value_import.scope != "module level" and not finding.by_value_import.scope.startswith("in "):
@@ -439,7 +439,7 @@ _EXTERNAL_MODULES = _ExternalModules()
 
 
 def assert_no_by_value_imports_of_rebound_names(root: str | os.PathLike | None = None,
-                                                 scope: Optional[tuple[str, ...]] = CAPTURE_PATH) -> Findings:
+                                                 scope: tuple[str, ...] | None = CAPTURE_PATH) -> Findings:
     """Raise OracleFailure listing every finding in `scope` (rebinding site and by-value import site); return the
     scan, with the findings outside `scope` moved to `advisories`."""
     result = scan(root)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Optional
 
 import torch._logging
 
@@ -43,9 +42,9 @@ class RecompileWatcher:
         self.what = what
         self.guard_failures: list[str] = []
         self._handler = _GuardTextHandler(self.guard_failures)
-        self._entered: Optional[Counter] = None
-        self._armed: Optional[Counter] = None
-        self._exited: Optional[Counter] = None
+        self._entered: Counter | None = None
+        self._armed: Counter | None = None
+        self._exited: Counter | None = None
 
     @classmethod
     def _enable_recompile_log(cls) -> None:
@@ -56,7 +55,7 @@ class RecompileWatcher:
                 logging.getLogger(_RECOMPILE_LOGGER).propagate = False
                 cls._artifact_enabled = True
 
-    def __enter__(self) -> "RecompileWatcher":
+    def __enter__(self) -> RecompileWatcher:
         self._enable_recompile_log()
         logger = logging.getLogger(_RECOMPILE_LOGGER)
         logger.setLevel(logging.DEBUG)
@@ -68,7 +67,7 @@ class RecompileWatcher:
         self._exited = counter.clone()
         logging.getLogger(_RECOMPILE_LOGGER).removeHandler(self._handler)
 
-    def _compiles(self, start: Optional[Counter], end: Optional[Counter]) -> int:
+    def _compiles(self, start: Counter | None, end: Counter | None) -> int:
         if start is None:
             return 0
         return getattr(end or counter, _COMPILES) - getattr(start, _COMPILES)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 from harness.oracles import OracleFailure
 from harness.oracles.patch_contract import expected_sizes

@@ -6,7 +6,7 @@ example whose code used one stream and no event passes trivially, and the record
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from harness.devices import cpu, stream_order
 from harness.oracles import OracleFailure

@@ -26,7 +26,8 @@ import importlib
 import inspect
 import sys
 import types
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import torch

@@ -40,7 +40,8 @@ import tempfile
 import types
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
+from collections.abc import Iterable
 
 from harness.errors import HarnessError
 from harness.oracles import OracleFailure
@@ -83,7 +84,7 @@ def wheel_cache() -> Path:
     return Path(os.environ.get(CACHE_VARIABLE) or DEFAULT_CACHE).expanduser()
 
 
-def fetch_wheel(version: Optional[str] = None, cache: Optional[Path] = None, *, timeout: float = 600) -> Path:
+def fetch_wheel(version: str | None = None, cache: Path | None = None, *, timeout: float = 600) -> Path:
     """The cp311 manylinux x86_64 wheel of torch-npu `version` (default: the pin), downloaded once into the cache
     with `pip download --no-deps` (not installed), atomically so parallel workers can share the folder."""
     version = version or pinned_version()
@@ -194,7 +195,7 @@ class Found:
     """What a dotted name is in the real package; `kind`: module, function, class, value, native, unchecked."""
     kind: str
     where: str  # file:line in the wheel, or the evidence
-    node: Optional[ast.AST] = None
+    node: ast.AST | None = None
     module: str = ""  # the module whose namespace `node` lives in (a module's own name when kind is module)
 
 
@@ -220,19 +221,19 @@ class RealTorchNpu:
         self.aliases = self._device_module_aliases()
 
     # modules
-    def file(self, module: str) -> Optional[str]:
+    def file(self, module: str) -> str | None:
         base = module.replace(".", "/")
         return next((f for f in (f"{base}/__init__.py", f"{base}.py") if f in self._sources), None)
 
     def is_module(self, module: str) -> bool:
         return self.file(module) is not None
 
-    def extension(self, module: str) -> Optional[str]:
+    def extension(self, module: str) -> str | None:
         """The shared library that is the native module `module` (torch_npu._C), if the wheel has one."""
         stem = module.replace(".", "/") + "."
         return next((n for n in self._libraries if n.startswith(stem) and "/" not in n[len(stem):]), None)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def tree(self, module: str) -> ast.Module:
         path = self.file(module)
         return ast.parse(self._sources[path], path)
@@ -252,8 +253,8 @@ class RealTorchNpu:
                                "(`torch._register_device_module(\"npu\", ...)`): the resolution rule needs updating")
         return aliases
 
-    @functools.lru_cache(maxsize=None)
-    def _scope(self, module: str) -> tuple[dict, list, Optional[list], set]:
+    @functools.cache
+    def _scope(self, module: str) -> tuple[dict, list, list | None, set]:
         """(bindings name -> node, star-imported modules, __all__ or None, names the module __getattr__ answers)."""
         bindings, stars, public, lazy = {}, [], None, set()
         package = module if self.file(module).endswith("__init__.py") else module.rpartition(".")[0]
@@ -314,7 +315,7 @@ class RealTorchNpu:
     def _where(self, module: str, node: Any) -> str:
         return f"{self.file(module)}:{getattr(node, 'lineno', 0)}"
 
-    def member(self, module: str, name: str, _seen: frozenset = frozenset()) -> Optional[Found]:
+    def member(self, module: str, name: str, _seen: frozenset = frozenset()) -> Found | None:
         """`module.name`, by the resolution rule of the module docstring."""
         if (module, name) in _seen:
             return None
@@ -348,7 +349,7 @@ class RealTorchNpu:
                          module=module)
         return None
 
-    def _imported(self, dotted: str, where: str, seen: frozenset) -> Optional[Found]:
+    def _imported(self, dotted: str, where: str, seen: frozenset) -> Found | None:
         """What an import binds: a wheel module or its member, a native member (checked), or an outside name."""
         if self.is_module(dotted):
             return Found("module", self.file(dotted), module=dotted)
@@ -361,7 +362,7 @@ class RealTorchNpu:
             return self.native(dotted, f"imported at {where}") if inside else None
         return Found("unchecked", f"{dotted} (outside the wheel, imported at {where})")
 
-    def native(self, dotted: str, where: str = "") -> Optional[Found]:
+    def native(self, dotted: str, where: str = "") -> Found | None:
         """A member of the native extension: found when its name ends a string in one of the wheel's shared
         libraries (answers cached beside the wheel: reading the 97 MB library takes seconds)."""
         name = dotted.rpartition(".")[2]
@@ -378,7 +379,7 @@ class RealTorchNpu:
             return None
         return Found("native", f"{dotted}: named in {library}" + (f" ({where})" if where else ""))
 
-    def _library_naming(self, name: str) -> Optional[str]:
+    def _library_naming(self, name: str) -> str | None:
         for library in self._libraries:
             if library not in self._library_data:
                 with zipfile.ZipFile(self.wheel) as archive:
@@ -387,7 +388,7 @@ class RealTorchNpu:
                 return library
         return None
 
-    def class_member(self, found: Found, name: str, _depth: int = 0) -> Optional[Found]:
+    def class_member(self, found: Found, name: str, _depth: int = 0) -> Found | None:
         node, module = found.node, found.module
         for statement in node.body:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
@@ -415,7 +416,7 @@ class RealTorchNpu:
                 return inherited
         return None
 
-    def _in_module(self, module: str, text: str) -> Optional[Found]:
+    def _in_module(self, module: str, text: str) -> Found | None:
         """A dotted expression as written in `module` (a base class name)."""
         root, *rest = text.split(".")
         found = self.member(module, root)
@@ -425,7 +426,7 @@ class RealTorchNpu:
             found = None if found is None else self.attribute(found, part, text)
         return found
 
-    def attribute(self, found: Found, name: str, dotted: str) -> Optional[Found]:
+    def attribute(self, found: Found, name: str, dotted: str) -> Found | None:
         if found.kind == "module":
             return self.member(found.module, name)
         if found.kind == "class":
@@ -440,7 +441,7 @@ class RealTorchNpu:
                 return target + dotted[len(alias):]
         return dotted
 
-    def resolve(self, dotted: str) -> tuple[Optional[Found], str]:
+    def resolve(self, dotted: str) -> tuple[Found | None, str]:
         """(what `dotted` is, or None; the longest prefix of it that exists)."""
         parts = self.canonical(dotted).split(".")
         if parts[0] != "torch_npu":
@@ -453,7 +454,7 @@ class RealTorchNpu:
             reached = f"{reached}.{part}"
         return found, reached
 
-    def signature(self, found: Found) -> Optional[tuple[Param, ...]]:
+    def signature(self, found: Found) -> tuple[Param, ...] | None:
         """The call signature of a function (as written, self included) or a class (its Python __init__, else
         __new__, first parameter dropped); None where the source does not say."""
         if found.kind == "function":
@@ -471,10 +472,10 @@ class RealTorchNpu:
 class Use:
     name: str  # e.g. torch.npu.graph
     site: str  # file:line, relative to the sglang package
-    call: Optional[ast.Call] = None
+    call: ast.Call | None = None
 
 
-def _chain(node: ast.AST) -> Optional[list[str]]:
+def _chain(node: ast.AST) -> list[str] | None:
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -524,7 +525,7 @@ def uses_in(text: str, site_prefix: str) -> list[Use]:
     return found
 
 
-def sglang_uses(sglang_dir: Optional[Path] = None) -> list[Use]:
+def sglang_uses(sglang_dir: Path | None = None) -> list[Use]:
     if sglang_dir is None:
         from harness.versions import require_sglang
 
@@ -538,7 +539,7 @@ def sglang_uses(sglang_dir: Optional[Path] = None) -> list[Use]:
     return uses
 
 
-def _binds(signature: tuple, call: ast.Call) -> Optional[str]:
+def _binds(signature: tuple, call: ast.Call) -> str | None:
     """Why the call cannot bind to the signature, or None (unknowable with *args / **kwargs at the call)."""
     if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return None
@@ -648,8 +649,8 @@ def check_provided(real: RealTorchNpu, surfaces: dict[str, types.ModuleType], co
                                            f"lacks ({reached} has no {name[len(reached) + 1:].split('.')[0]!r})")
 
 
-def check(real: Optional[RealTorchNpu] = None, *, surfaces: Optional[dict] = None,
-          sglang_dir: Optional[Path] = None) -> Contract:
+def check(real: RealTorchNpu | None = None, *, surfaces: dict | None = None,
+          sglang_dir: Path | None = None) -> Contract:
     """All three checks; raises OracleFailure naming every mismatch, else returns what was compared."""
     real = real or RealTorchNpu(fetch_wheel())
     surfaces = surfaces if surfaces is not None else standin_surfaces()

@@ -2,7 +2,8 @@
 modules, so suites never hard-code a release's layout. A path the release lacks raises `PathMissing`."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from harness.errors import PathMissing
 from harness.versions import module_exists, require_sglang, sglang_version

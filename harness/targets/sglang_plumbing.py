@@ -7,25 +7,26 @@ import functools
 import importlib
 import os
 import socket
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
 from harness.versions import module_exists
 
 
-def load(module: str, name: Optional[str] = None) -> Any:
+def load(module: str, name: str | None = None) -> Any:
     """Module `module` of the installed SGLang, or its attribute `name`."""
     found = importlib.import_module(module)
     return found if name is None else getattr(found, name)
 
 
-def runtime_context() -> Optional[Any]:
+def runtime_context() -> Any | None:
     """`sglang.srt.runtime_context` (0.5.14 and later releases), or None (main trees of May-June 2026)."""
     if not module_exists("sglang.srt.runtime_context"):
         return None
     return importlib.import_module("sglang.srt.runtime_context")
 
 
-def _scheduler_global_server_args_setter() -> Optional[Callable]:
+def _scheduler_global_server_args_setter() -> Callable | None:
     return getattr(importlib.import_module("sglang.srt.server_args"), "set_global_server_args_for_scheduler", None)
 
 
@@ -66,7 +67,7 @@ def ensure_tp_group() -> None:
         parallel_state.initialize_model_parallel()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def forward_context_takes_batch() -> bool:
     """Whether SGLang's `forward_context` takes the batch (0.5.2x); asked once, not on every replay."""
     import inspect

@@ -34,7 +34,8 @@ import dataclasses
 import json
 import os
 import tempfile
-from typing import Any, Iterator, Optional
+from typing import Any
+from collections.abc import Iterator
 
 import torch
 
@@ -52,7 +53,7 @@ class Family:
     config: dict
     # (file, why): SGLang's path for this family on the virtual device cannot be captured in a graph, and the
     # device refuses it at a site in that SGLang file, with CUDA's text; eager is still checked
-    capture_refusal: Optional[tuple[str, str]] = None
+    capture_refusal: tuple[str, str] | None = None
     mrope: bool = False  # the text path reads `ForwardBatch.mrope_positions` ([3, tokens]) instead of positions
 
     @property
@@ -117,7 +118,7 @@ FAMILIES = {
 }
 
 
-def missing(family: str) -> Optional[str]:
+def missing(family: str) -> str | None:
     """Why the installed SGLang cannot build `family` (its release and the missing module or class), or None."""
     from harness.versions import module_exists, sglang_version
 
@@ -152,7 +153,7 @@ class RealModel:
     server_args: Any = None
 
 
-def write_config(family: Family, folder: Optional[str] = None, **overrides) -> str:
+def write_config(family: Family, folder: str | None = None, **overrides) -> str:
     """A folder holding the family's `config.json` (with `overrides`), as a checkpoint without weights."""
     folder = folder or tempfile.mkdtemp(prefix=f"harness-{family.name}-")
     with open(os.path.join(folder, "config.json"), "w") as f:
@@ -168,7 +169,7 @@ def model_config(path: str):
     return ModelConfig(model_path=path, dtype="float32", context_length=CONTEXT_LEN)
 
 
-def build(family: str, path: Optional[str] = None, seed: int = 1234) -> RealModel:
+def build(family: str, path: str | None = None, seed: int = 1234) -> RealModel:
     """SGLang's model class for `family`, through `ModelConfig` and `DummyModelLoader` on the CPU. The published
     config and SGLang's model-parallel groups must be in place (the decode target does both)."""
     from sglang.srt.configs.device_config import DeviceConfig

@@ -15,7 +15,8 @@ import importlib
 import inspect
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 from unittest import mock
 
 from harness.errors import HarnessError, PathMissing

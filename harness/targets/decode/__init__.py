@@ -2,7 +2,7 @@
 
 | layout module | SGLang | runner |
 | --- | --- | --- |
-| `v0_5_14` | 0.5.14 and later; main trees from May 2026 | `runner/decode_cuda_graph_runner.py` `DecodeCudaGraphRunner` |
+| `v0_5_14` | 0.5.14 onward; main trees from May 2026 | `runner/decode_cuda_graph_runner.py` `DecodeCudaGraphRunner` |
 | `v0_5_9` | 0.5.9 to 0.5.13 | `cuda_graph_runner.py` `CudaGraphRunner` |
 
 A new release's layout is one module (a `detect()` and a `LAYOUT` whose target subclasses `base.DecodeTarget`)

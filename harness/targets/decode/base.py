@@ -10,7 +10,8 @@ import functools
 import inspect
 import time
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 from unittest import mock
 
 import torch
@@ -35,11 +36,11 @@ class Layout:
     npu_patch_name: str = "patch_model_npu"  # the NPU override of patch_model
     note: str = ""  # what the adapter does differently on this layout, recorded with every example
 
-    def make_target(self, case: "DecodeCase", **kwargs) -> "DecodeTarget":
+    def make_target(self, case: DecodeCase, **kwargs) -> DecodeTarget:
         """Construct the real runner for `case` (which captures); keyword arguments as `DecodeTarget`."""
         return self.target_class(case, layout=self, **kwargs)
 
-    def speculative_missing(self) -> Optional[str]:
+    def speculative_missing(self) -> str | None:
         """Why this release cannot run the speculative TARGET_VERIFY cases or the pre-planned batches (naming the
         release and the missing name), or None when it can."""
         from harness.versions import module_exists, sglang_version
@@ -58,7 +59,7 @@ class Layout:
                         "pre-planned batches to drive")
         return None
 
-    def planning_missing(self, personality: str) -> Optional[str]:
+    def planning_missing(self, personality: str) -> str | None:
         """Why the pre-planned batches cannot run here (the personality's runner has no `load_batch` to plan with,
         e.g. the NPU runner of main trees of June 2026, or `speculative_missing`), or None when they can."""
         from harness.versions import sglang_version
@@ -78,8 +79,8 @@ class Layout:
 @dataclasses.dataclass(frozen=True)
 class SpecSettings:
     """Speculative decoding as a user sets it: the algorithm (EAGLE, STANDALONE: EAGLE's verify without hidden
-    states, NGRAM, DFLASH, DSPARK: the compact ragged verify's), draft steps, top-k per step, draft tokens per request (the width of each TARGET_VERIFY
-    request)."""
+    states, NGRAM, DFLASH, DSPARK: the compact ragged verify's), draft steps, top-k per step, draft tokens per request
+    (the width of each TARGET_VERIFY request)."""
 
     num_steps: int
     topk: int
@@ -116,14 +117,14 @@ class DecodeCase:
     lora: bool = False
     record_nolora_graph: bool = False
     compile_backend: str = "eager"  # "eager": patch_model's inductor compiles use Dynamo's eager backend instead
-    spec: Optional[SpecSettings] = None
+    spec: SpecSettings | None = None
     disable_padding: bool = False  # --disable-cuda-graph-padding: only captured sizes replay
-    default_max_bs: Optional[int] = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
-    dllm: Optional[DllmSettings] = None  # a diffusion LLM's DLLM_EXTEND graphs (`decode/dllm.py`)
+    default_max_bs: int | None = None  # capture list left to SGLang's default for this --cuda-graph-max-bs
+    dllm: DllmSettings | None = None  # a diffusion LLM's DLLM_EXTEND graphs (`decode/dllm.py`)
     switches: RunnerSwitches = RunnerSwitches()  # profiling, metadata glue, replay log, architecture
     # The read end the attention double declares for a scheduler-shared table it reads (`decode/overlap.py`;
     # a SharedReadEnds name), None: no shared table, the base class's declaration
-    shared_reads: Optional[str] = None
+    shared_reads: str | None = None
 
     @property
     def tokens_per_request(self) -> int:
@@ -144,20 +145,20 @@ class DecodeBatch:
     input_ids: list[int]
     positions: list[int]
     seq_lens: list[int]
-    lora_ids: Optional[list[Optional[str]]] = None
+    lora_ids: list[str | None] | None = None
     forward_mode: str = "DECODE"
-    req_pool_indices: Optional[list[int]] = None  # None: 0..bs-1
-    out_cache_loc: Optional[list[int]] = None  # None: 0..tokens-1
-    draft_visibility: Optional[list[list[list[bool]]]] = None  # TARGET_VERIFY: per request, draft rows x columns
+    req_pool_indices: list[int] | None = None  # None: 0..bs-1
+    out_cache_loc: list[int] | None = None  # None: 0..tokens-1
+    draft_visibility: list[list[list[bool]]] | None = None  # TARGET_VERIFY: per request, draft rows x columns
     host_seq_lens: bool = True  # False: no CPU mirror of seq_lens (ForwardBatch.seq_lens_cpu None), as some workers
     dp_fields: bool = False  # the scheduler's DP-attention fields of one rank (its tokens, the gathered length)
-    mrope_positions: Optional[list[list[int]]] = None  # an mRoPE model's: 3 sections x tokens
+    mrope_positions: list[list[int]] | None = None  # an mRoPE model's: 3 sections x tokens
 
     @property
     def batch_size(self) -> int:
         return len(self.seq_lens)
 
-    def shifted(self) -> "DecodeBatch":
+    def shifted(self) -> DecodeBatch:
         """The same requests with every input id and position one further (mRoPE sections move with them)."""
         mrope = self.mrope_positions
         return dataclasses.replace(self, input_ids=[i + 1 for i in self.input_ids],
@@ -172,7 +173,7 @@ class DecodeBatch:
     def cache_slots(self) -> list[int]:
         return self.out_cache_loc if self.out_cache_loc is not None else list(range(len(self.input_ids)))
 
-    def custom_mask(self) -> Optional[list[bool]]:
+    def custom_mask(self) -> list[bool] | None:
         """The EAGLE verify mask, flattened: per request, per draft row, its prefix (all visible) then its drafts."""
         if self.draft_visibility is None:
             return None
@@ -184,7 +185,7 @@ class DecodeBatch:
             return [0] * len(self.input_ids)
         return [sum(row) for rows in self.draft_visibility for row in rows]
 
-    def to_forward_batch(self, device: str = "cpu", spec: Optional[SpecSettings] = None):
+    def to_forward_batch(self, device: str = "cpu", spec: SpecSettings | None = None):
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
         def tensor(values):
@@ -282,11 +283,11 @@ def make_attention_backend_class():
         def __init__(self, seq_len_fill_value: int = 1, device: str = "cpu") -> None:
             self.seq_len_fill_value = seq_len_fill_value
             self.device = device
-            self.graph: Optional[SimpleNamespace] = None
+            self.graph: SimpleNamespace | None = None
             self.forward_metadata = None
             self.metadata_inits = 0
-            self.shared_table: Optional[torch.Tensor] = None  # a scheduler-shared table it reads (overlap.py)
-            self.shared_reads: Optional[str] = None  # where those reads end (SharedReadEnds name)
+            self.shared_table: torch.Tensor | None = None  # a scheduler-shared table it reads (overlap.py)
+            self.shared_reads: str | None = None  # where those reads end (SharedReadEnds name)
 
         def shared_read_ends(self, fm):
             from sglang.srt.layers.attention.base_attn_backend import SharedReadEnds
@@ -369,8 +370,8 @@ class _KvIndexTranslator:
 
 
 def make_model_runner(model: DecodeModel, attn_backend, *, device: str, max_running_requests: int,
-                      server_args: Any, lora_manager: Optional[LoRAManagerDouble],
-                      spec: Optional[SpecSettings] = None,
+                      server_args: Any, lora_manager: LoRAManagerDouble | None,
+                      spec: SpecSettings | None = None,
                       architecture: str = DEFAULT_ARCHITECTURE) -> SimpleNamespace:
     """The attributes of SGLang's ModelRunner that the decode runners (and NPU subclasses) of every layout read;
     `spec`: a speculative target worker's."""
@@ -496,7 +497,7 @@ class DecodeTarget:
         """The case's ServerArgs, unpublished (layouts that build them apart from publishing)."""
         return None
 
-    def default_capture_list(self, case: DecodeCase, device: str) -> Optional[list[int]]:
+    def default_capture_list(self, case: DecodeCase, device: str) -> list[int] | None:
         """The decode capture list SGLang's own config code generates for `--cuda-graph-max-bs
         case.default_max_bs` when no list is given (with the case's padding and speculative args), None where the
         release has no such generator the harness can call."""
@@ -607,7 +608,7 @@ class DecodeTarget:
         """What padded seq_lens rows must hold: the attention backend's fill value (a dLLM's: its block size)."""
         return self.attn_backend.get_cuda_graph_seq_len_fill_value()
 
-    def static_buffer(self, name: str) -> Optional[torch.Tensor]:
+    def static_buffer(self, name: str) -> torch.Tensor | None:
         """The runner's static input buffer `name` (what the captured graph reads), None where it has none."""
         return getattr(getattr(self.runner, "buffers", None), name, None)
 
@@ -636,7 +637,7 @@ class DecodeTarget:
         with self.replay_context():
             return execute(fb)
 
-    def eager(self, batch: DecodeBatch, forward: Optional[Callable] = None):
+    def eager(self, batch: DecodeBatch, forward: Callable | None = None):
         """The model's forward (or `forward`, e.g. a compiled one patch_model yielded) on the real rows, no graph,
         with a fresh attention backend and LoRA scales."""
         fb = batch.to_forward_batch(self.device, self.case.spec)
@@ -662,7 +663,7 @@ def _sglang_patch_model(module):
 
 @contextlib.contextmanager
 def observe_context_manager(fn: Callable, name: str, hooks: Any, sink: list,
-                            capturing: Optional[Callable[[], bool]] = None):
+                            capturing: Callable[[], bool] | None = None):
     """Record each entry of the `contextmanager` function `fn` (by identity of its generator function).
 
     Each entry appends to `sink` a namespace (name, enable_compile, num_tokens, forward, calls) and records the call

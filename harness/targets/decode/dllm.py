@@ -19,7 +19,6 @@ import dataclasses
 import json
 import os
 import tempfile
-from typing import Optional
 from unittest import mock
 
 import torch
@@ -33,7 +32,7 @@ REFUSAL = "Diffusion graph replay requires prepared input embeddings"
 ALGORITHMS = {"SDARForCausalLM": "LowConfidence", "DiffusionGemmaForBlockDiffusion": "Gemma4Renoise"}
 
 
-def dllm_missing(layout: Layout, settings: DllmSettings) -> Optional[str]:
+def dllm_missing(layout: Layout, settings: DllmSettings) -> str | None:
     """Why this release cannot serve `settings`' dLLM graphs (naming the release and the missing name), or None."""
     from harness.targets.sglang_plumbing import load
     from harness.versions import module_exists, sglang_version
@@ -101,8 +100,8 @@ class DllmBatch(DecodeBatch):
     """A DLLM_EXTEND batch: `block_size` tokens per request; `input_embeds` (HIDDEN values per token) where the
     algorithm encodes the context apart, `preparation_state` instead where it prepares them in the graph."""
 
-    input_embeds: Optional[list[list[float]]] = None
-    preparation_state: Optional[list[list[float]]] = None
+    input_embeds: list[list[float]] | None = None
+    preparation_state: list[list[float]] | None = None
 
     def to_forward_batch(self, device: str = "cpu", spec=None):
         fb = super().to_forward_batch(device, spec)

@@ -10,7 +10,6 @@ SGLANG_RAGGED_VERIFY_MODE=compact, which a draft runner must ignore (ragged veri
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import torch
 
@@ -20,7 +19,7 @@ from harness.targets.decode.ragged import compact_mode, stacked
 REFUSAL = "This should not happen"
 
 
-def draft_missing(layout: Layout) -> Optional[str]:
+def draft_missing(layout: Layout) -> str | None:
     """Why this release has no draft verify runner (naming the release and the missing name), or None."""
     from harness.versions import sglang_version
     from harness.targets.sglang_plumbing import load
@@ -36,7 +35,7 @@ def draft_missing(layout: Layout) -> Optional[str]:
 class DraftBatch(DecodeBatch):
     """A draft worker's verify batch: `input_embeds` per token (HIDDEN values each), no verify mask."""
 
-    input_embeds: Optional[list[list[float]]] = None
+    input_embeds: list[list[float]] | None = None
 
     def to_forward_batch(self, device: str = "cpu", spec=None):
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode

@@ -18,7 +18,7 @@ between the graph's read and the next staging write, reported with both streams 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 
@@ -30,7 +30,7 @@ READ_ENDS = ("PRE_REPLAY", "IN_REPLAY", "POST_REPLAY", "UNKNOWN")  # SharedReadE
 TABLE_ROWS = 256  # the shared table's rows: more than any pool row a batch draws
 
 
-def missing() -> Optional[str]:
+def missing() -> str | None:
     """Why the installed SGLang has no write-after-read barrier to drive (naming what it lacks), or None."""
     try:
         scheduler = load(SCHEDULER_MODULE).Scheduler

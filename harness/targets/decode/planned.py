@@ -21,7 +21,6 @@ How each batch reaches the runner (drawn per batch, `KINDS`):
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 KINDS = ("execute", "planned", "replanned", "stale_mark")
 # what a marked batch's replay takes from that batch, not the plan: the per-step inputs the pre-planned branch copies
@@ -34,7 +33,7 @@ class PlannedReplays:
 
     def __init__(self, target) -> None:
         self.target = target
-        self.last_plan: Optional[object] = None  # the batch the runner's staged plan belongs to
+        self.last_plan: object | None = None  # the batch the runner's staged plan belongs to
         self.taken: list[str] = []  # the kind each replay really took
 
     def plan(self, batch, *, replan_equivalent: bool = False):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Optional
 from unittest import mock
 
 import torch
@@ -30,7 +29,7 @@ RAGGED_MODULE = "sglang.srt.speculative.ragged_verify"
 REFUSAL = "Compact ragged verify does not support"  # the runner's ValueError for LoRA, TBO, padding disabled
 
 
-def ragged_missing(layout: Layout) -> Optional[str]:
+def ragged_missing(layout: Layout) -> str | None:
     """Why this release cannot run the compact ragged verify (naming the release and the missing name), or None."""
     from harness.versions import module_exists, sglang_version
 
@@ -66,7 +65,7 @@ def round_up(total: int, grid) -> int:
 class RaggedBatch(DecodeBatch):
     """A ragged verify batch: `verify_lens` per request, token rows padded to the tier of `grid` (the case's)."""
 
-    verify_lens: Optional[list[int]] = None
+    verify_lens: list[int] | None = None
     grid: tuple[int, ...] = ()
 
     @property

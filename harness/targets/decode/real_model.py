@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -72,7 +72,7 @@ def load():
     return layout
 
 
-def refusal(family, error: BaseException) -> Optional[str]:
+def refusal(family, error: BaseException) -> str | None:
     """The family's known capture refusal (`Family.capture_refusal`: CUDA's own text raised by the virtual device
     at a site in the named SGLang file), described and taken off the violation log, or None when `error` is
     anything else."""
@@ -91,7 +91,7 @@ def refusal(family, error: BaseException) -> Optional[str]:
     return None
 
 
-def family_missing(family: str) -> Optional[str]:
+def family_missing(family: str) -> str | None:
     """Why `family` cannot be built on the installed SGLang (the missing module or class), or None."""
     return missing(family)
 
@@ -114,7 +114,7 @@ class StagedBatch:
 
     batch: DecodeBatch
     seed: int
-    mrope_deltas: Optional[list[int]] = None
+    mrope_deltas: list[int] | None = None
 
 
 class RealModelTarget(v0_5_14.Target):
@@ -129,7 +129,7 @@ class RealModelTarget(v0_5_14.Target):
         reason = missing(family)
         if reason:
             raise PathMissing(reason)
-        self.capture_refused: Optional[str] = None
+        self.capture_refused: str | None = None
         with kernels():
             try:
                 super().__init__(case, layout=layout or v0_5_14.LAYOUT, personality=personality, device=device,
@@ -178,7 +178,7 @@ class RealModelTarget(v0_5_14.Target):
 
     # -- batches -----------------------------------------------------------------------------------------------
     def stage(self, seq_lens: list[int], pool_rows: list[int], input_ids: list[int], seed: int,
-              mrope_deltas: Optional[list[int]] = None) -> DecodeBatch:
+              mrope_deltas: list[int] | None = None) -> DecodeBatch:
         """Stage the KV prefix of the batch's requests and return the batch the scheduler would hand over (an mRoPE
         family's with its `mrope_positions`: a text token's three sections are its position plus the request's
         delta, as SGLang's mRoPE index gives a text token after an image, `mrope_rope_index.py`)."""
@@ -219,7 +219,7 @@ class RealModelTarget(v0_5_14.Target):
 
 # -- the check --------------------------------------------------------------------------------------------------
 def _cache_difference(pools: Pools, replayed: list[torch.Tensor], eager: list[torch.Tensor],
-                      exact: bool) -> Optional[str]:
+                      exact: bool) -> str | None:
     """Where the KV cache a replay left differs from eager's, slot 0 (SGLang's padding slot, which padded rows
     write) aside."""
     for (name, _), a, b in zip(pools.buffers(), replayed, eager):

@@ -16,7 +16,7 @@ import inspect
 import os
 import shutil
 import tempfile
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from unittest import mock
 
@@ -26,7 +26,7 @@ DEFAULT_ARCHITECTURE = "HarnessDecodeModel"
 
 @dataclasses.dataclass(frozen=True)
 class RunnerSwitches:
-    profile: Optional[str] = None  # PROFILE_MODES
+    profile: str | None = None  # PROFILE_MODES
     metadata_glue: bool = False
     skip_glued_view: bool = False  # with metadata_glue
     log_graph_key: bool = False
@@ -50,7 +50,7 @@ class RunnerSwitches:
                  ("SGLANG_ENABLE_OVERLAP_PLAN_STREAM", self.overlap_plan_stream)]
         return {name: "1" for name, on in names if on}
 
-    def missing(self, runner_module: str) -> Optional[str]:
+    def missing(self, runner_module: str) -> str | None:
         """Why the installed release cannot run these switches (naming the release and the missing name), or None."""
         from harness.targets.sglang_plumbing import load
         from harness.versions import module_exists, sglang_version
@@ -74,7 +74,8 @@ class RunnerSwitches:
             return f"SGLang {sglang_version()}: {runner_module} has no mrope_positions staging"
         if self.draft_glue and not hasattr(load(runner_module, "DecodeCudaGraphRunner"), "_glues_draft_metadata"):
             return f"SGLang {sglang_version()} has no DecodeCudaGraphRunner._glues_draft_metadata: no draft glue"
-        if self.metadata_glue or self.dspark_verify_glue or self.draft_glue:  # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
+        # the metadata-glue oracle counts the glue's replays (0.5.19's glue keeps no count)
+        if self.metadata_glue or self.dspark_verify_glue or self.draft_glue:
             from sglang.srt.model_executor.runner.metadata_glue_graph import MetadataGlueGraph
 
             if "self.replays" not in inspect.getsource(MetadataGlueGraph.__init__):
@@ -82,7 +83,7 @@ class RunnerSwitches:
         return None
 
     @contextlib.contextmanager
-    def environment(self) -> Iterator[Optional[str]]:
+    def environment(self) -> Iterator[str | None]:
         """The switches' environment for the block; yields the profiler directory (`SGLANG_TORCH_PROFILER_DIR`,
         fresh and removed after) when profiling, else None. Variables the switches leave off are unset."""
         off = {name: None for name in RunnerSwitches(profile="per_shape", metadata_glue=True, skip_glued_view=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any, Optional
+from typing import Any
 from unittest import mock
 
 from harness.errors import PathMissing
@@ -99,7 +99,7 @@ LAYOUT = Layout(
 )
 
 
-def detect() -> Optional[Layout]:
+def detect() -> Layout | None:
     """This layout when the installed SGLang has it (PathMissing when it has it only in part), else None."""
     if not module_exists(RUNNER_MODULE):
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 from unittest import mock
 
 from harness.devices import sgl_kernel_standin
@@ -119,7 +119,7 @@ LAYOUT = Layout(
 )
 
 
-def detect() -> Optional[Layout]:
+def detect() -> Layout | None:
     if not module_exists(RUNNER_MODULE):
         return None
     require_modules(REQUIRED, "the pre-0.5.14 decode layout")

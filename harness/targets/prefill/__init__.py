@@ -3,7 +3,7 @@
 
 | layout module | SGLang | runner |
 | --- | --- | --- |
-| `v0_5_14` | 0.5.14 and later; main trees of mid-2026 | `runner/prefill_cuda_graph_runner.py` `PrefillCudaGraphRunner` |
+| `v0_5_14` | 0.5.14 onward; main trees of mid-2026 | `runner/prefill_cuda_graph_runner.py` `PrefillCudaGraphRunner` |
 | `v0_5_9` | 0.5.9 to 0.5.13 | `piecewise_cuda_graph_runner.py` `PiecewiseCudaGraphRunner` |
 
 A new release's layout is one module (a `detect()` and a `LAYOUT` whose target subclasses `base.PrefillTarget`)

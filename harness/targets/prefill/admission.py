@@ -3,13 +3,13 @@
 its numbers happen to match."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from harness.models.prefill_model import LORA_GRAPH_MAX_REQUESTS, PrefillForCausalLM
 from harness.targets.prefill.base import Batch, PrefillCase
 
 
-def must_run_eager(case: PrefillCase, batch: Batch) -> Optional[str]:
+def must_run_eager(case: PrefillCase, batch: Batch) -> str | None:
     """Why the graphs cannot serve `batch` (None: they may).
 
     Examples, grid (4, 8, 16): 17 tokens -> beyond the largest capture; an image request's own embeddings ->
@@ -54,7 +54,7 @@ class Rule(NamedTuple):
     reason: str
 
 
-def refused_at_construction(case: PrefillCase) -> Optional[str]:
+def refused_at_construction(case: PrefillCase) -> str | None:
     """Why SGLang must refuse to build the runner for `case` (None: it must build it), from the case alone.
 
     Examples, a 64-column req_to_token: max_context_size 80 -> more than the table holds (any backend, checked
@@ -68,7 +68,7 @@ def refused_at_construction(case: PrefillCase) -> Optional[str]:
     return rule.reason if rule else None
 
 
-def construction_rule(case: PrefillCase) -> Optional[Rule]:
+def construction_rule(case: PrefillCase) -> Rule | None:
     """`refused_at_construction` with its rule's name ("construction-refused:NAME")."""
     def rule(name, reason):
         return Rule(f"construction-refused:{name}", reason)
@@ -90,7 +90,7 @@ def construction_rule(case: PrefillCase) -> Optional[Rule]:
     return None
 
 
-def expected_refusal(case: PrefillCase, batch: Optional[Batch] = None) -> Optional[Rule]:
+def expected_refusal(case: PrefillCase, batch: Batch | None = None) -> Rule | None:
     """The refusal SGLang must answer with, from the case (and the batch) before the run; None: it must serve it.
 
     No batch: building the runner (`refused_at_construction`, rule "construction-refused:NAME"). A batch: a mode
@@ -110,7 +110,7 @@ def expected_refusal(case: PrefillCase, batch: Optional[Batch] = None) -> Option
     return None
 
 
-def execute_refusal(batch: Batch) -> Optional[Rule]:
+def execute_refusal(batch: Batch) -> Rule | None:
     """What `execute` called directly (skipping can_run_graph) must refuse on a NULL capture (the harness
     captures NULL: no speculative decoding, a generation model): any hidden-state mode above it."""
     if batch.capture_hidden_mode != "NULL":

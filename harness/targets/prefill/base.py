@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -35,11 +35,11 @@ class Layout:
     unproduced_modes: tuple[str, ...]  # modes it does not refuse but this configuration never hands it (findings)
     note: str  # what the harness sets past SGLang's config on this layout, recorded with every example
 
-    def make_target(self, case: "PrefillCase", device: str = "cpu") -> "PrefillTarget":
+    def make_target(self, case: PrefillCase, device: str = "cpu") -> PrefillTarget:
         """Construct the real runner for `case` on `device` (it compiles and captures)."""
         return self.target_class(case, self, device)
 
-    def backend_gap(self, backend: str, device: str = "cpu") -> Optional[str]:
+    def backend_gap(self, backend: str, device: str = "cpu") -> str | None:
         """Why `backend` cannot run on this release and `device` (None: it can)."""
         if backend not in self.backends:
             from harness.versions import sglang_version
@@ -47,13 +47,13 @@ class Layout:
             return f"SGLang {sglang_version()} ({self.name}) has no {backend!r} prefill backend"
         return self.target_class.backend_gap(backend, device)
 
-    def multimodal_gap(self) -> Optional[str]:
+    def multimodal_gap(self) -> str | None:
         return self.target_class.multimodal_gap()
 
-    def chunked_prefix_gap(self) -> Optional[str]:
+    def chunked_prefix_gap(self) -> str | None:
         return self.target_class.chunked_prefix_gap()
 
-    def feature_gap(self, feature: str) -> Optional[str]:
+    def feature_gap(self, feature: str) -> str | None:
         """Why this release cannot drive `feature` (one of `FEATURES`; None: it can)."""
         return self.target_class.feature_gap(feature)
 
@@ -68,15 +68,15 @@ class PrefillCase:
     full_prefill_max_req: int = 4
     capture_mode: str = "auto"  # virtual device: "record" | "rerun" | "auto" (record for eager, rerun for inductor)
     multimodal: bool = False  # a VLM: mRoPE positions, embeddings handed to the language model, input_embeds slot
-    prefix_chunk_tokens: Optional[int] = None  # full only: chunked-prefix capture, aggregate tokens per prefix chunk
+    prefix_chunk_tokens: int | None = None  # full only: chunked-prefix capture, aggregate tokens per prefix chunk
     # where SGLang reads that capacity: "config" (full_prefill_prefix_chunk_tokens), "chunked_prefill_size" (left
     # unset, so the scheduler's chunk budget carries it) or "max_bs" (both unset: the prefill phase's max_bs)
     prefix_chunk_source: str = "config"
     # Context limits of the graphs: `--cuda-graph-prefill-max-context` (metadata planned at that fixed extent;
     # SGLang ignores it on tc_piecewise) and the attention backend's default replay cap
     # (`prefill_cuda_graph_default_max_seq_len`); a longer context (prefix + new tokens) runs eager.
-    max_context_size: Optional[int] = None
-    backend_max_seq_len: Optional[int] = None
+    max_context_size: int | None = None
+    backend_max_seq_len: int | None = None
     fixed_context_metadata: bool = True  # the attention backend plans fixed-extent metadata (max_context_size)
     body: str = "annotated"  # the model body's variant (`harness.models.prefill_model.BODIES`)
     enable_mixed_chunk: bool = False  # `--enable-mixed-chunk`: decode requests ride in prefill batches (MIXED)
@@ -90,7 +90,7 @@ class PrefillCase:
     mha_companion: bool = False
     lora: bool = False  # a LoRA server (SGLang's lora_manager set; requests on the base model)
 
-    def context_limit(self) -> Optional[int]:
+    def context_limit(self) -> int | None:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;
         tc_piecewise, max_context_size 32 -> None (SGLang ignores it there, with a warning)."""
         fixed = None if self.backend == "tc_piecewise" else self.max_context_size
@@ -292,9 +292,9 @@ class Request:
     tokens: tuple[int, ...]
     prefix: int = 0
     history: tuple[int, ...] = ()  # the `prefix` token ids already cached (for the by-hand reference)
-    embeds: Optional[tuple[tuple[int, int], ...]] = None  # an image request's own embeddings, one per new token
+    embeds: tuple[tuple[int, int], ...] | None = None  # an image request's own embeddings, one per new token
     mrope_delta: tuple[int, int, int] = (0, 0, 0)  # per-axis shift of its mRoPE positions (multimodal model)
-    adapter: Optional[str] = None  # its LoRA adapter on a LoRA server (None: the base model)
+    adapter: str | None = None  # its LoRA adapter on a LoRA server (None: the base model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,7 +342,8 @@ def build_forward_batch(batch: Batch, kv: KvCache, translator=None, *, mrope: bo
     forward_batch = ForwardBatch(
         forward_mode=batch.forward_mode, batch_size=bs, input_ids=tensor(input_ids),
         req_pool_indices=tensor([r.row for r in batch.requests]), seq_lens=tensor(seq_lens),
-        orig_seq_lens=tensor(seq_lens), seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int64), out_cache_loc=tensor(out_cache_loc),
+        orig_seq_lens=tensor(seq_lens), seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int64),
+        out_cache_loc=tensor(out_cache_loc),
         seq_lens_sum=sum(seq_lens), positions=tensor(positions), return_logprob=batch.return_logprob,
         extend_num_tokens=len(input_ids) if is_extend else None,
         extend_seq_lens=tensor(extend_lens) if is_extend else None,
@@ -385,24 +386,24 @@ class PrefillTarget:
         self.device = device
 
     @classmethod
-    def backend_gap(cls, backend: str, device: str) -> Optional[str]:
+    def backend_gap(cls, backend: str, device: str) -> str | None:
         return None
 
     def close(self) -> None:
         """Undo what the target patched for its lifetime (nothing by default)."""
 
     @classmethod
-    def chunked_prefix_gap(cls) -> Optional[str]:
+    def chunked_prefix_gap(cls) -> str | None:
         """Why this release's runner has no chunked-prefix full capture (None: it has)."""
         return f"the {cls.__module__} target drives no chunked-prefix capture"
 
     @classmethod
-    def feature_gap(cls, feature: str) -> Optional[str]:
+    def feature_gap(cls, feature: str) -> str | None:
         """Why this release's target cannot drive `feature` (one of `FEATURES`; None: it can)."""
         return f"the {cls.__module__} target drives no {feature}"
 
     @classmethod
-    def multimodal_gap(cls) -> Optional[str]:
+    def multimodal_gap(cls) -> str | None:
         """Why this release's runner cannot take the multimodal model (None: it can)."""
         return f"the {cls.__module__} target builds no multimodal batches"
 

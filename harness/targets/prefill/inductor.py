@@ -26,7 +26,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from typing import Any, Optional
+from typing import Any
 from unittest import mock
 
 import torch
@@ -45,7 +45,7 @@ INDUCTOR_SUBDIR = "inductor_cache"  # where InductorAdaptor.initialize_cache poi
 GRAPH_CACHES = ("fxgraph", "aotautograd")  # Inductor's graph caches: never shared, so each first session misses
 
 
-def kernel_cache_folder() -> Optional[str]:
+def kernel_cache_folder() -> str | None:
     """The shared folder of Inductor's compiled kernels (None: `$HARNESS_INDUCTOR_CACHE=off`, no sharing)."""
     value = os.environ.get(KERNEL_CACHE_ENV, os.path.expanduser("~/.cache/sglang-harness/inductor"))
     return None if value == "off" else value
@@ -72,7 +72,7 @@ class CompileRecord:
     """One `CompilerManager.compile` call: the piece, the runtime shape (None: the general graph) and what the
     Inductor config in force inside `compile_fx_inner` held (the config SGLang built, patched in by `compile_fx`)."""
     index: int
-    shape: Optional[int]
+    shape: int | None
     post_grad_pass: list = dataclasses.field(default_factory=list)  # post_grad_custom_post_pass per inner compile
     max_autotune: list = dataclasses.field(default_factory=list)
     coordinate_descent_tuning: list = dataclasses.field(default_factory=list)
@@ -112,7 +112,7 @@ class PiecewiseBackendPlug:
         self.backend_class = HarnessPiecewiseBackend
         self._patch = mock.patch.object(backend, "CUDAPiecewiseBackend", HarnessPiecewiseBackend)
 
-    def __enter__(self) -> "PiecewiseBackendPlug":
+    def __enter__(self) -> PiecewiseBackendPlug:
         self._patch.start()
         return self
 
@@ -150,7 +150,7 @@ class CompileRecorder:
         self.cache_dirs: list[str] = []
         self._stack = contextlib.ExitStack()
 
-    def __enter__(self) -> "CompileRecorder":
+    def __enter__(self) -> CompileRecorder:
         import torch._inductor.compile_fx as compile_fx
         import torch._inductor.config as inductor_config
         from sglang.srt.compilation.backend import CompilerManager
@@ -252,7 +252,7 @@ class InductorPieces:
         self.cache_dirs: list[str] = []
         self._stack = contextlib.ExitStack()
 
-    def __enter__(self) -> "InductorPieces":
+    def __enter__(self) -> InductorPieces:
         from harness.targets.prefill.session import PrefillSession
 
         PrefillSession.close_current()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Optional
 
 import torch
 
@@ -71,7 +70,7 @@ def prefix_variants(case: PrefillCase) -> tuple[int, ...]:
     return tuple(n for n in (1, 2, 4, 8, 16) if n // 2 < needed)
 
 
-def one_trace_gap() -> Optional[str]:
+def one_trace_gap() -> str | None:
     """Why the installed SGLang does not promise one compile-pass trace for every token count (None: it does).
     From 0.5.19 `install_torch_compiled` marks the ForwardBatch's tensors dynamic too; before, a model reading
     them in the compiled region traces once per captured token count (all during the compile pass)."""
@@ -84,13 +83,13 @@ def one_trace_gap() -> Optional[str]:
 @dataclasses.dataclass
 class Outcome:
     path: str  # "graph" | "eager" | "sglang-error"
-    logits: Optional[torch.Tensor] = None
-    error: Optional[BaseException] = None
-    replay: Optional[dict] = None
+    logits: torch.Tensor | None = None
+    error: BaseException | None = None
+    replay: dict | None = None
 
 
 class PrefillSession:
-    _current: Optional["PrefillSession"] = None
+    _current: PrefillSession | None = None
     device = "cpu"  # where sessions run: the suite's --device, set through use_device
 
     @classmethod
@@ -100,7 +99,7 @@ class PrefillSession:
             cls.device = name
 
     @classmethod
-    def get(cls, case: PrefillCase) -> "PrefillSession":
+    def get(cls, case: PrefillCase) -> PrefillSession:
         current = cls._current
         if current is not None and current.case == case and not current.closed:
             return current

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import inspect
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 from unittest import mock
 
 import torch
@@ -28,7 +28,8 @@ from harness.models.prefill_model import (
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
     CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, LORA_CAPTURE, MIXED_CHUNK_CHECK,
-    POOLED_OUTPUT, Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch, make_attention_backend_class,
+    POOLED_OUTPUT, Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch,
+    make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
     can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context,
@@ -110,7 +111,7 @@ class _GraphSharedOutput:
         return None
 
 
-def make_kv_index_translator(kv: "KvCache"):
+def make_kv_index_translator(kv: KvCache):
     """SGLang's own `KVIndexTranslator` over the harness's `req_to_token` (no unified pool: no translation)."""
     if not module_exists("sglang.srt.mem_cache.kv_index_translator"):
         return None  # up to 0.5.1x: no translator, the runner reads req_to_token directly
@@ -201,7 +202,7 @@ def _tc_piecewise_resolution(case: PrefillCase):
         yield
 
 
-def _runner_lacks(name: str, what: str) -> Optional[str]:
+def _runner_lacks(name: str, what: str) -> str | None:
     """Why the installed runner cannot drive `what`: it has no method `name` (None: it has)."""
     if hasattr(load(RUNNER_MODULE, "PrefillCudaGraphRunner"), name):
         return None
@@ -266,7 +267,7 @@ class Target(PrefillTarget):
         self.model_runner.prefill_cuda_graph_runner = self.runner
 
     @classmethod
-    def backend_gap(cls, backend: str, device: str) -> Optional[str]:
+    def backend_gap(cls, backend: str, device: str) -> str | None:
         """The release's config does not offer `backend` for prefill, or (on the virtual device) its graph code
         calls CUDA APIs the virtual device does not stand in for."""
         version = sglang_version()
@@ -289,17 +290,17 @@ class Target(PrefillTarget):
         return None
 
     @classmethod
-    def multimodal_gap(cls) -> Optional[str]:
+    def multimodal_gap(cls) -> str | None:
         """Multimodal replay (the input_embeds slot refreshed from the live embeddings) arrived after 0.5.14."""
         return _runner_lacks("_fill_input_embeds_slot", "multimodal prefill replay")
 
     @classmethod
-    def chunked_prefix_gap(cls) -> Optional[str]:
+    def chunked_prefix_gap(cls) -> str | None:
         """Chunked-prefix full capture arrived in 0.5.2x."""
         return _runner_lacks("_prepare_chunked_prefix_capture", "chunked-prefix full capture")
 
     @classmethod
-    def feature_gap(cls, feature: str) -> Optional[str]:
+    def feature_gap(cls, feature: str) -> str | None:
         """Each feature arrived in 0.5.2x with a runner name it needs (`FEATURE_NAMES`)."""
         owner, name = FEATURE_NAMES[feature]
         where = load(RUNNER_MODULE, owner) if owner else load(RUNNER_MODULE)
@@ -376,13 +377,14 @@ LAYOUT = Layout(name="0.5.14+ (srt/model_executor/runner/prefill_cuda_graph_runn
                 unproduced_modes=("DRAFT_EXTEND", "DRAFT_EXTEND_V2", "DLLM_EXTEND"), note=NOTE)
 
 
-def detect() -> Optional[Layout]:
+def detect() -> Layout | None:
     """This layout when the installed SGLang has it (PathMissing when it has it only in part), else None."""
     if not module_exists(RUNNER_MODULE):
         return None
     require_modules(REQUIRED, "the 0.5.14+ prefill runner")
     if not can_publish_config():
-        raise PathMissing(f"SGLang {sglang_version()} has the 0.5.14+ prefill runner but neither runtime_context.publish "
+        raise PathMissing(f"SGLang {sglang_version()} has the 0.5.14+ prefill runner but neither "
+                          "runtime_context.publish "
                           "nor server_args.set_global_server_args_for_scheduler to publish config through")
     if not module_exists(EAGER_RUNNER_MODULE):
         return dataclasses.replace(LAYOUT, name=LAYOUT.name + ", no eager_runner")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -184,7 +184,7 @@ LAYOUT = Layout(name="0.5.9-0.5.13 (srt/model_executor/piecewise_cuda_graph_runn
                 unproduced_modes=("TARGET_VERIFY", "DRAFT_EXTEND", "DRAFT_EXTEND_V2", "DLLM_EXTEND"), note=NOTE)
 
 
-def detect() -> Optional[Layout]:
+def detect() -> Layout | None:
     if not module_exists(RUNNER_MODULE):
         return None
     require_modules(REQUIRED, "the pre-0.5.14 prefill layout")

@@ -1,0 +1,118 @@
+"""Every oracle the harness has, in one table: its name (what failure records and the report call it), the
+contract it checks, the module that checks it and the self-tests that show it firing on a mutant of SGLang and
+quiet on clean SGLang. `OracleFailure` refuses a name that is not here; `tests/test_oracle_registry.py` checks that
+every name the code raises is here and that docs/oracles.md's table is `markdown_table()`.
+
+Regenerate that table after an edit: `python -m harness oracles --write-docs`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "oracles.md"
+BEGIN, END = "<!-- oracle-table:begin -->", "<!-- oracle-table:end -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class Oracle:
+    name: str
+    contract: str  # one sentence: what SGLang must do
+    module: str  # the file that raises it (others may too; the test lists them)
+    self_tests: tuple[str, ...]  # tests/ files with a mutant it must catch and a clean run it must pass
+
+
+ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
+    Oracle("eager-equality", "a compiled or replayed output equals eager, and eager the model's closed form; "
+           "padded rows hold what SGLang's registry promises",
+           "harness/oracles/eager.py",
+           ("test_decode_mutants.py", "test_prefill_mutants.py", "test_prefill_padding.py",
+            "test_real_model_mutants.py", "test_decode_ragged_mutants.py", "test_decode_dllm_mutants.py")),
+    Oracle("no-recompile", "after capture or warm-up Dynamo compiles nothing more (the failing guard reported)",
+           "harness/oracles/recompile.py", ("test_prefill_mutants.py", "test_oracles.py")),
+    Oracle("dynamo-contract", "what Dynamo records of SGLang's compile glue (dynamic axes and their marks, "
+           "recompile limits, Inductor pieces and passes) is what the case implies",
+           "harness/oracles/dynamo_evidence.py", ("test_dynamo_evidence.py", "test_inductor_pieces.py")),
+    Oracle("hook-contract", "a hook the platform overrides is the one that ran, as often and with the arguments "
+           "and sizes derived from the case", "harness/oracles/patch_contract.py",
+           ("test_decode_mutants.py", "test_compile_kwargs_mutants.py", "test_oracles.py")),
+    Oracle("kwargs-validity", "`build_torch_compile_kwargs` never passes `mode` with `options`; NPU gets its "
+           "backend with `dynamic=False`; built-in platforms keep `mode`", "harness/oracles/compile_contract.py",
+           ("test_compile_kwargs_mutants.py",)),
+    Oracle("compiles", "the kwargs SGLang built are accepted by a real `torch.compile` of a real module",
+           "harness/oracles/compiles.py", ("test_oracles.py", "test_expected_errors.py")),
+    Oracle("capture-stream", "no \"capture stream is not set\" in any form, nor other out-of-capture signatures",
+           "harness/oracles/capture_stream.py", ("test_prefill_mutants.py", "test_prefill_oracles.py")),
+    Oracle("admission", "a batch the graphs cannot serve takes the eager path, a configuration SGLang must refuse "
+           "fails at construction, and every refusal is one a rule (`harness/targets/prefill/admission.py`) "
+           "predicted from the case", "harness/targets/prefill/session.py",
+           ("test_prefill_mutants.py", "test_decode_ragged_mutants.py", "test_expected_errors.py")),
+    Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
+           "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
+    Oracle("graph-break", "where SGLang compiles with `fullgraph=True` Dynamo traces the body whole; a break is "
+           "reported with Dynamo's reason and the user-code site", "harness/oracles/graph_break.py",
+           ("test_graph_break.py", "test_repro.py")),
+    Oracle("graph-replay", "the capture made the graphs the case implies and each forward replays exactly those",
+           "harness/oracles/graph_replay.py",
+           ("test_decode_mutants.py", "test_prefill_mutants.py", "test_decode_glue_mutants.py")),
+    Oracle("capture-legality", "nothing CUDA refuses during stream capture runs inside a capture on the virtual "
+           "device", "harness/oracles/capture_legality.py", ("test_capture_legality.py", "test_legality_mutants.py")),
+    Oracle("stream-order", "no access on one stream to a storage last touched on another without a "
+           "happens-before edge; read-done events cover the reads the backend declares",
+           "harness/oracles/stream_order.py",
+           ("test_capture_legality.py", "test_legality_mutants.py", "test_overlap_barrier.py")),
+    Oracle("capture-context", "a layer is told it is capturing exactly while the device captures, where the path "
+           "promises it, and never while the harness serves", "harness/oracles/capture_context.py",
+           ("test_capture_context.py",)),
+    Oracle("process-state", "SGLang's process-wide capture state is back at rest after every step",
+           "harness/oracles/process_state.py", ("test_prefill_mutants.py",)),
+    Oracle("npu-graph-update", "each NPU replay first rebinds its graph's KV lengths, under the architecture's name, "
+           "with the batch's lengths and 0 per padded request", "harness/oracles/npu_graph_update.py",
+           ("test_decode_glue_mutants.py",)),
+    Oracle("npu-standin-contract", "the npu personality's stand-in has the real torch_npu's signatures and every "
+           "name SGLang's NPU capture path uses", "harness/personalities/npu_contract.py", ("test_npu_contract.py",)),
+    Oracle("capture-profile", "`--enable-profile-cuda-graph` writes one trace per captured size and LoRA variant "
+           "(or none) and leaves allocator history off", "harness/oracles/capture_profile.py",
+           ("test_decode_glue_mutants.py",)),
+    Oracle("metadata-glue", "the metadata glue graph warms, captures and replays as often as the batches imply, "
+           "never for a padded replay", "harness/oracles/metadata_glue.py", ("test_decode_glue_mutants.py",)),
+    Oracle("prefilled-inputs", "a pre-planned DSPARK verify replay skips its inputs' copy once per load",
+           "harness/oracles/prefilled_inputs.py", ("test_decode_glue_mutants.py",)),
+    Oracle("replay-log", "`SGLANG_LOG_DECODE_GRAPH_KEY` logs one line per replay with the size, mode and request "
+           "count the batch implies", "harness/oracles/replay_log.py", ("test_decode_glue_mutants.py",)),
+    Oracle("rebinding-by-value-import", "no module on the capture/compile path imports by value a name SGLang "
+           "rebinds at run time elsewhere", "harness/oracles/rebinding.py",
+           ("test_decode_mutants.py", "test_rebinding_scan.py")),
+)}
+
+
+def require(name: str) -> str:
+    """`name` if it is a registered oracle; else a ValueError saying where oracles are registered."""
+    if name not in ORACLES:
+        raise ValueError(f"unknown oracle {name!r}: register it in harness/oracles/registry.py "
+                         f"(known: {', '.join(sorted(ORACLES))})")
+    return name
+
+
+def markdown_table() -> str:
+    """The docs' table: one row per oracle, in the registry's order."""
+    rows = ["| oracle | contract | checked in | self-tests |", "| --- | --- | --- | --- |"]
+    for oracle in ORACLES.values():
+        tests = ", ".join(f"`tests/{test}`" for test in oracle.self_tests)
+        rows.append(f"| [`{oracle.name}`](#{oracle.name}) | {oracle.contract} | `{oracle.module}` | {tests} |")
+    return "\n".join(rows)
+
+
+def docs_table(text: str) -> str:
+    """The table between docs/oracles.md's markers (ValueError when they are missing)."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{DOCS} lacks the markers {BEGIN} ... {END}")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+
+
+def write_docs() -> None:
+    text = DOCS.read_text()
+    docs_table(text)
+    head, rest = text.split(BEGIN, 1)
+    DOCS.write_text(f"{head}{BEGIN}\n{markdown_table()}\n{END}{rest.split(END, 1)[1]}")
+
