@@ -4,7 +4,11 @@ attention backend (its kernels run by Triton's CPU interpreter and recorded as l
 SGLang's real pools, replay drawn batches through the runner's `execute` twice per size with new inputs and a new
 cache, and check replay against eager of the same model on the same backend, eager against SGLang's torch-native
 attention, the KV cache each leaves, padded rows, graph counts, the `patch_model` contract, recompiles, capture
-legality and stream order (`harness/targets/decode/real_model.py`)."""
+legality and stream order (`harness/targets/decode/real_model.py`).
+
+`test_scheduled_batches_replay_matches_eager` builds its decode batches through SGLang's own batch code instead
+(`harness/targets/decode/scheduled.py`: requests admitted, prefilled, finished and merged), and holds every request
+to what it gets decoded alone (`batch-invariance`)."""
 from __future__ import annotations
 
 import pytest
@@ -20,9 +24,10 @@ from harness.models.real import FAMILIES
 from harness.oracles.recompile import RecompileWatcher
 from harness.profiles import suite_settings
 from harness.record import example
-from harness.targets.decode import real_model
+from harness.targets.decode import real_model, scheduled
 from harness.targets.decode.base import DecodeBatch, DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_eager, check_replays
+from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 
 MAX_REQUESTS = 8  # pool rows 1..8 (row 0: SGLang's padding row)
 MAX_SEQ_LEN = 24
@@ -157,14 +162,99 @@ def test_refused_capture_is_the_declared_refusal_and_eager_matches(family, drawn
     run_family(family, drawn)
 
 
+# -- batches as SGLang's scheduler builds them -------------------------------------------------------------------
+MAX_PROMPT = 12
+MAX_RUNNING = 6  # more than the largest captured size (4): a running batch no graph holds is drawn too
+
+
+@st.composite
+def scheduled_programs(draw):
+    """A case and a program of scheduler steps (`harness.targets.decode.scheduled`): a first admission, then
+    decode steps, finishes (requests leave, their pool rows and KV slots go back) and admissions (new requests
+    prefilled and merged), ending on a decode step; at most MAX_RUNNING requests run and MAX_REQUESTS pool rows
+    are held at once."""
+    vocab = min(f.config["vocab_size"] for f in FAMILIES.values())
+    prompt = st.lists(st.integers(0, vocab - 1), min_size=1, max_size=MAX_PROMPT).map(tuple)
+    case = draw(real_cases())
+    first = draw(st.lists(prompt, min_size=1, max_size=3), label="first admission")
+    program, running = [Admit(tuple(first))], len(first)
+    for _ in range(draw(st.integers(1, 4), label="steps")):
+        kind = draw(st.sampled_from(["decode", "decode", "admit", "finish"]) if running else st.just("admit"))
+        if kind == "admit" and running < MAX_RUNNING:
+            new = draw(st.lists(prompt, min_size=1, max_size=min(3, MAX_RUNNING - running)), label="admission")
+            program.append(Admit(tuple(new)))
+            running += len(new)
+        elif kind == "finish" and running > 1:
+            leaving = draw(st.sets(st.integers(0, running - 1), min_size=1, max_size=running - 1), label="finish")
+            program.append(Finish(tuple(sorted(leaving))))
+            running -= len(leaving)
+        else:
+            program.append(Decode())
+    program.append(Decode())
+    return case, program
+
+
+def _program_to_drawn(case, program) -> dict:
+    steps = [{"admit": [list(p) for p in step.prompts]} if isinstance(step, Admit) else
+             {"finish": list(step.positions)} if isinstance(step, Finish) else {"decode": True} for step in program]
+    return {"capture_bs": list(case.capture_bs), "program": steps}
+
+
+def _program_from_drawn(steps: list[dict]) -> list:
+    return [Admit(tuple(tuple(p) for p in step["admit"])) if "admit" in step else
+            Finish(tuple(step["finish"])) if "finish" in step else Decode() for step in steps]
+
+
+def run_scheduled(ex, case, family, program):
+    get_device("cpu").reset()
+    hooks = HookRecorder()
+    with RecompileWatcher("real model decode forward, scheduler-built batches") as watcher:
+        mark = counter.mark()
+        target = RealModelTarget(case, family=family, hooks=hooks)
+        watcher.arm()
+        check_patch_model_contract(target, hooks, target.layout,
+                                   graphs_captured=counter.since(mark)["num_graphs_captured"])
+        ex.note("capture_bs", target.capture_bs)
+        steps = run_program(target, program, note=ex.note)
+        ex.note("replayed", [("DECODE", size) for verdict, size in steps if verdict == "replayed"])
+        watcher.check("a replay of a scheduler-built batch compiled a frame")
+    return target
+
+
+# capture 1 and 3; three requests decode (a graph of 3), the middle one leaves, two new ones join (4 running: no
+# graph holds them, eager serves), two leave (2 padded to 3, on the pool rows and KV slots the first left)
+ADMIT_LEAVE_REJOIN = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS), [
+    Admit(((5, 17, 3, 99, 40), (7, 8, 9, 10, 11, 12, 13, 14, 15), (3, 4, 5))), Decode(), Finish((1,)),
+    Admit(((9, 90, 9, 9), (5,) * 11)), Decode(), Finish((0, 2)), Decode(), Decode()])
+
+
+@pytest.mark.parametrize("family", CAPTURED)
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=ADMIT_LEAVE_REJOIN)
+@given(drawn=scheduled_programs())
+def test_scheduled_batches_replay_matches_eager(family, drawn, device):
+    """Decode batches from SGLang's own ScheduleBatch (admissions, finishes, merges): each decode step replayed
+    and checked as a staged batch is, or refused by the runner where the case says no captured size holds it."""
+    case, program = drawn
+    with example("real_models_scheduled", family=family, **_program_to_drawn(case, program)) as ex:
+        reason = real_model.family_missing(family) or scheduled.missing()
+        if reason:
+            pytest.skip(reason)
+        run_scheduled(ex, case, family, program)
+
+
 def replay_case(drawn: dict) -> None:
     """One recorded example without Hypothesis or pytest (repro scripts, pinned regressions)."""
     real_model.load()
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)
+    family = drawn.get("family", "dense")
+    if "program" in drawn:  # a scheduler-built example (test_scheduled_batches_replay_matches_eager)
+        with get_device("cpu").install("cuda"), example("real_models_scheduled", **drawn) as ex:
+            run_scheduled(ex, case, family, _program_from_drawn(drawn["program"]))
+        return
     groups = [[StagedBatch(DecodeBatch(input_ids=b["input_ids"], positions=[n - 1 for n in b["seq_lens"]],
                                        seq_lens=b["seq_lens"], req_pool_indices=b["pool_rows"]), b["seed"],
                            b.get("mrope_deltas"))
                for b in group] for group in drawn["groups"]]
-    family = drawn.get("family", "dense")
     with get_device("cpu").install("cuda"), example("real_models", **drawn) as ex:
         run_example(ex, case, family, groups)

@@ -7,9 +7,10 @@ is SGLang's own class for a family (`harness.models.real.build`), and the runner
 run by Triton's CPU interpreter (`harness.devices.triton_interpreter`, scoped to the target's calls). The model
 runner double carries the real `ModelConfig`, the pools, the allocator and the KV index translator.
 
-What is still built by hand: the ForwardBatch (`DecodeBatch.to_forward_batch`, as the tiny target builds it;
-SGLang's `ScheduleBatch` path needs a scheduler, a tree cache and requests and is not driven here), and the prefix
-in the KV cache (`Pools.stage`: what a prefill would have written).
+A staged batch is built by hand: the ForwardBatch (`DecodeBatch.to_forward_batch`, as the tiny target builds it)
+and the prefix in the KV cache (`Pools.stage`: what a prefill would have written). A scheduled batch
+(`decode/scheduled.py`) comes from SGLang's own `ScheduleBatch` and `ForwardBatch.init_new`, its prefix written by
+a real prefill; `forward_batch` hands it over as SGLang built it.
 
 `check_replays(target, replays)`: each drawn batch is staged, replayed, and compared with eager of the same model
 on a second `TritonAttnBackend` over the same pools restored to the cache the replay saw (bit-exact on a captured
@@ -47,10 +48,11 @@ from harness.oracles.graph_replay import check_graph_forward, replay_delta
 from harness.targets.decode import v0_5_14
 from harness.targets.decode.base import DecodeBatch, DecodeCase, make_model_runner
 
-# the modules whose Triton kernels a decode step of the Triton backend launches
+# the modules whose Triton kernels a decode step (and a scheduled prefill) of the Triton backend launches
 TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.ops.attention.decode_attention",
                   "sglang.kernels.ops.attention.metadata", "sglang.srt.mem_cache.kv_index_translator",
-                  "sglang.kernels.ops.elementwise.elementwise")  # the last: Qwen2-MoE's shared-expert gate
+                  "sglang.kernels.ops.elementwise.elementwise",  # Qwen2-MoE's shared-expert gate
+                  "sglang.kernels.ops.attention.extend_attention")  # a scheduled batch's prefill (scheduled.py)
 KV_SPLITS = 1  # --triton-attention-num-kv-splits (SGLang's default 8: eight times the interpreted programs)
 KV_TOKENS = 512  # KV slots of the pool (slot 0: SGLang's padding slot)
 
@@ -171,6 +173,8 @@ class RealModelTarget(v0_5_14.Target):
         runner.req_to_token_pool, runner.token_to_kv_pool = pools.req_to_token_pool, pools.token_to_kv_pool
         runner.token_to_kv_pool_allocator, runner.kv_index_translator = pools.allocator, pools.translator
         runner.sliding_window_size, runner.page_size, runner.kv_cache_dtype = None, 1, torch.float32
+        runner.prefill_attention_backend_str = "triton"  # ModelRunner's, resolved from --attention-backend triton;
+        # ForwardBatch.init_new reads it for a scheduler-built extend batch's positions (`decode/scheduled.py`)
         return runner
 
     def make_model_runner(self, case: DecodeCase, device: str):
@@ -196,6 +200,8 @@ class RealModelTarget(v0_5_14.Target):
         return self.stage(batch.seq_lens, batch.pool_rows, batch.input_ids, item.seed, item.mrope_deltas)
 
     def forward_batch(self, batch: DecodeBatch):
+        if getattr(batch, "built", None) is not None:  # a scheduler-built batch (`decode/scheduled.py`)
+            return batch.built()
         fb = super().forward_batch(batch)
         fb.req_to_token_pool, fb.token_to_kv_pool = self.pools.req_to_token_pool, self.pools.token_to_kv_pool
         return fb
@@ -207,10 +213,12 @@ class RealModelTarget(v0_5_14.Target):
     def eager(self, batch: DecodeBatch, forward=None, attn_backend=None):
         """The model's forward on the real rows, no graph, with a fresh attention backend (`attn_backend`: another
         one, e.g. the torch reference)."""
+        return self.run_eager(self.forward_batch(batch), attn_backend or self.eager_attn_backend, forward)
+
+    def run_eager(self, fb, backend, forward=None):
+        """The model's forward (or `forward`) on the ForwardBatch `fb`, no graph, on `backend`."""
         from harness.targets.sglang_plumbing import forward_context
 
-        backend = attn_backend or self.eager_attn_backend
-        fb = self.forward_batch(batch)
         with kernels():
             backend.init_forward_metadata(fb)
             with torch.no_grad(), forward_context(backend, fb):
@@ -299,7 +307,12 @@ def check_eager(target: RealModelTarget, staged: list[list[StagedBatch]]) -> Non
 
 def check_eager_against_reference(target: RealModelTarget, batch, eager: torch.Tensor, where: str) -> None:
     """Eager on the Triton backend equals SGLang's torch-native attention over the same cache (restored before)."""
-    reference = target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits
+    eager_matches_reference(eager, target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits,
+                            where)
+
+
+def eager_matches_reference(eager: torch.Tensor, reference: torch.Tensor, where: str) -> None:
+    """Logits of the Triton backend within float32 tolerance of SGLang's torch-native attention's."""
     try:
         assert_matches_eager(eager, reference, exact=False)
     except OracleFailure as failure:
@@ -311,43 +324,50 @@ def check_eager_against_reference(target: RealModelTarget, batch, eager: torch.T
 def check_replays(target: RealModelTarget, staged: list[list[StagedBatch]]) -> None:
     """`staged`: per replay step, the batches replayed one after another on the same captured size (new inputs
     each time, so stale buffers show). See the module docstring for what is compared."""
-    pools = target.pools
     for step, group in enumerate(staged):
         for which, item in enumerate(group):
             batch = target.stage_item(item)
             where = f"replay {step}.{which} (batch of {batch.batch_size}, seq_lens {batch.seq_lens}, pool rows " \
                     f"{batch.pool_rows}, cache slots {batch.cache_slots})"
-            if not target.can_replay(batch):
-                raise OracleFailure("eager-equality", f"the runner refused {where} having captured "
-                                    f"{target.capture_bs}", batch=batch)
-            before = pools.snapshot()
-            mark = counter.mark()
-            output = target.replay(batch)
-            check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
-            got = output.next_token_logits[:batch.batch_size].clone()
-            after_replay = pools.snapshot()
-            pools.restore(before)
-            eager = target.eager(batch).next_token_logits
-            after_eager = pools.snapshot()
-            pools.restore(before)
-            check_eager_against_reference(target, batch, eager, where)
-            # bit-exact where replay runs the shapes eager runs; a padded batch's GEMMs have more rows, which
-            # changes float32 rounding, so it gets torch._dynamo.utils.same's tolerance
-            exact = batch.batch_size in target.capture_bs
-            try:
-                assert_matches_eager(got, eager, exact=exact)
-            except OracleFailure as failure:
-                cache = _cache_difference(pools, after_replay, after_eager, exact)
-                raise OracleFailure(failure.oracle, f"{where}: replay differs from eager: {failure.diagnosis}"
-                                    f"{'; the KV cache after the replay: ' + cache if cache else ''}"
-                                    f"{padding_slot_in_use(target, batch)}{stale_metadata(target, batch)}"
-                                    f"{static_input_report(target, batch)}",
-                                    **failure.details, capture_bs=target.capture_bs) from None
-            cache = _cache_difference(pools, after_replay, after_eager, exact)
-            if cache:
-                raise OracleFailure("eager-equality", f"{where}: the replay's logits equal eager's but the KV cache "
-                                    f"it leaves does not: {cache}{stale_metadata(target, batch)}"
-                                    f"{static_input_report(target, batch)}",
-                                    capture_bs=target.capture_bs)
-            check_padding_promises(target, batch, step)
+            check_replay(target, batch, where, step)
 
+
+def check_replay(target: RealModelTarget, batch: DecodeBatch, where: str, step: int) -> torch.Tensor:
+    """One batch (its KV prefix in the pools): replayed, then eager on the cache the replay saw; see the module
+    docstring. The pools are left as the replay left them; returns the replay's logits of the batch's rows."""
+    pools = target.pools
+    if not target.can_replay(batch):
+        raise OracleFailure("eager-equality", f"the runner refused {where} having captured {target.capture_bs}",
+                            batch=batch)
+    before = pools.snapshot()
+    mark = counter.mark()
+    output = target.replay(batch)
+    check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
+    got = output.next_token_logits[:batch.batch_size].clone()
+    after_replay = pools.snapshot()
+    pools.restore(before)
+    eager = target.eager(batch).next_token_logits
+    after_eager = pools.snapshot()
+    pools.restore(before)
+    check_eager_against_reference(target, batch, eager, where)
+    # bit-exact where replay runs the shapes eager runs; a padded batch's GEMMs have more rows, which changes
+    # float32 rounding, so it gets torch._dynamo.utils.same's tolerance
+    exact = batch.batch_size in target.capture_bs
+    try:
+        assert_matches_eager(got, eager, exact=exact)
+    except OracleFailure as failure:
+        cache = _cache_difference(pools, after_replay, after_eager, exact)
+        raise OracleFailure(failure.oracle, f"{where}: replay differs from eager: {failure.diagnosis}"
+                            f"{'; the KV cache after the replay: ' + cache if cache else ''}"
+                            f"{padding_slot_in_use(target, batch)}{stale_metadata(target, batch)}"
+                            f"{static_input_report(target, batch)}",
+                            **failure.details, capture_bs=target.capture_bs) from None
+    cache = _cache_difference(pools, after_replay, after_eager, exact)
+    if cache:
+        raise OracleFailure("eager-equality", f"{where}: the replay's logits equal eager's but the KV cache "
+                            f"it leaves does not: {cache}{stale_metadata(target, batch)}"
+                            f"{static_input_report(target, batch)}",
+                            capture_bs=target.capture_bs)
+    check_padding_promises(target, batch, step)
+    pools.restore(after_replay)
+    return got

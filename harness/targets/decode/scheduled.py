@@ -1,0 +1,301 @@
+"""Decode batches as SGLang's scheduler builds them, for the real-model target.
+
+SGLang's own batch code runs on the CPU the way its `benchmark/one_batch.py` drives it: `Req`s of drawn prompts,
+`ScheduleBatch.init_new` over the target's real pools and SGLang's `RadixCache` disabled (`--disable-radix-cache`),
+`prepare_for_extend`, `ForwardBatch.init_new` and the prefill forward (eager, the Triton backend's extend kernels,
+checked against SGLang's torch-native attention); then per decode step `prepare_for_decode` and `ForwardBatch.init_new`
+again. Finished requests leave through SGLang's `release_kv_cache` and `filter_batch`; new ones are prefilled and
+joined through `merge_batch` (continuous batching, as the scheduler's `get_next_batch_to_run` does). So the decode
+runner sees the CPU fields, their types and values as production hands them (per-request lists of `lora_ids` and
+`mm_inputs` holding None, `orig_seq_lens`, the KV location plan, the sampling info, an mRoPE model's positions from
+`ForwardBatch._compute_mrope_positions`), and pool rows and KV slots reused after a request left.
+
+`run_program(target, program)` plays a drawn program (`Admit`, `Decode`, `Finish` steps); each decode step is
+judged by `real_model.check_replay` like a staged batch. Whether a step may replay is derived from the case: the
+running batch must fit the largest captured size (padding on), else the runner must refuse it and eager serves it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.oracles import OracleFailure
+from harness.targets.decode.base import DecodeBatch
+
+MAX_NEW_TOKENS = 64  # per request: more than any program decodes, so SGLang finishes none on its own
+
+
+# what this module calls of SGLang's batch code, as (module, attribute): a release without one gets a skip naming it
+SGLANG_BATCH_API = (("sglang.srt.managers.schedule_batch", "ScheduleBatch"),
+                    ("sglang.srt.managers.schedule_batch", "FINISH_LENGTH"),
+                    ("sglang.srt.mem_cache.cache_init_params", "CacheInitParams"),
+                    ("sglang.srt.mem_cache.radix_cache", "RadixCache"),
+                    ("sglang.srt.mem_cache.common", "release_kv_cache"))
+
+
+def missing() -> str | None:
+    """Why the installed SGLang's batch code cannot be driven this way (the first module or name it lacks), or
+    None."""
+    import importlib
+
+    from harness.versions import module_exists, sglang_version
+
+    for module, name in SGLANG_BATCH_API:
+        if not module_exists(module) or not hasattr(importlib.import_module(module), name):
+            return f"SGLang {sglang_version()} has no {module}.{name}: scheduler-built batches are not driven"
+    return None
+
+
+@dataclasses.dataclass
+class ScheduledBatch(DecodeBatch):
+    """The view of a scheduler-built decode batch the checks read (rows, ids, slots); `built` returns a fresh
+    `ForwardBatch.init_new` of SGLang's `ScheduleBatch`, which is what the replay and eager run on."""
+
+    built: Callable[[], Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Admit:
+    """New requests: their prompts (token ids), prefilled in one extend batch and merged into the running one."""
+
+    prompts: tuple[tuple[int, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decode:
+    """One decode step of every running request."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Finish:
+    """The running requests at these positions finish: their KV and pool rows go back, the batch is filtered."""
+
+    positions: tuple[int, ...]
+
+
+class Scheduler:
+    """The part of SGLang's scheduler a decode runner's input depends on, over the target's pools (module
+    docstring). `running`: SGLang's running `ScheduleBatch`, None before the first admission."""
+
+    def __init__(self, target, pools=None, model_runner=None) -> None:
+        """Over the target's pools and model runner, or (the batch-invariance reference) over others."""
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.radix_cache import RadixCache
+
+        self.target = target
+        self.pools = pools = pools or target.pools
+        self.model_runner = model_runner or target.model_runner
+        pools.allocator.clear()
+        pools.req_to_token_pool.clear()
+        with torch.no_grad():
+            pools.req_to_token_pool.req_to_token.zero_()
+        self.tree_cache = RadixCache(CacheInitParams(
+            disable=True, req_to_token_pool=pools.req_to_token_pool, token_to_kv_pool_allocator=pools.allocator,
+            page_size=1))
+        self.running = None
+        self.next_rid = 0
+
+    # -- SGLang's batch code -------------------------------------------------------------------------------------
+    def _requests(self, prompts) -> list:
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        reqs = []
+        for prompt in prompts:
+            req = Req(rid=str(self.next_rid), origin_input_text="", origin_input_ids=array("q", prompt),
+                      sampling_params=SamplingParams(temperature=0, max_new_tokens=MAX_NEW_TOKENS))
+            req.full_untruncated_fill_ids = req.origin_input_ids  # what the scheduler's admission sets
+            req.logprob_start_len = -1
+            req.extend_end = len(req.origin_input_ids)
+            self.next_rid += 1
+            reqs.append(req)
+        return reqs
+
+    def forward_batch(self, batch) -> Any:
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+        return ForwardBatch.init_new(batch, self.model_runner, return_hidden_states_before_norm=False)
+
+    def extend_batch(self, prompts) -> Any:
+        """SGLang's extend batch of new requests for `prompts`, prepared (slots and pool rows allocated)."""
+        from sglang.srt.managers.schedule_batch import ScheduleBatch
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        pools = self.pools
+        batch = ScheduleBatch.init_new(
+            reqs=self._requests(prompts), req_to_token_pool=pools.req_to_token_pool,
+            token_to_kv_pool_allocator=pools.allocator, tree_cache=self.tree_cache,
+            model_config=self.model_runner.model_config, enable_overlap=False,
+            spec_algorithm=SpeculativeAlgorithm.NONE)
+        batch.prepare_for_extend()
+        if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
+            batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # what the model worker does
+            batch.prefill_input_ids_cpu = None
+        return batch
+
+    def admit(self, prompts) -> list:
+        """Prefill `prompts` as one extend batch (eager on the Triton backend, held to the torch-native one) and
+        merge it into the running batch, its next input ids the greedy choice of the prefill's logits; returns the
+        new requests."""
+        target, pools = self.target, self.pools
+        batch = self.extend_batch(prompts)
+        reference = None
+        if not pools.mla:  # an MLA model's extend takes its MHA path, which the torch-native backend cannot run
+            before = pools.snapshot()  # over the latent pool: its prefill is held by the decode steps alone
+            reference = target.run_eager(self.forward_batch(batch), target.reference_attn_backend).next_token_logits
+            pools.restore(before)
+        logits = target.run_eager(self.forward_batch(batch), target.eager_attn_backend).next_token_logits
+        if reference is not None:
+            from harness.targets.decode.real_model import eager_matches_reference
+
+            eager_matches_reference(logits, reference, f"the prefill of {[len(p) for p in prompts]}-token prompts")
+        self._advance(batch, logits.argmax(-1))
+        reqs = list(batch.reqs)
+        if self.running is None:
+            self.running = batch
+        else:
+            self.running.merge_batch(batch)
+        return reqs
+
+    @staticmethod
+    def history(req) -> list[int]:
+        """A request's tokens so far: its prompt, then the tokens chosen for it (the last one the input of the
+        next decode step)."""
+        return list(req.origin_input_ids) + list(req.output_ids)
+
+    def _advance(self, batch, next_ids: torch.Tensor) -> None:
+        """What the scheduler does with a forward's greedy tokens: each request's output grows by its token, and
+        the token is the batch's next input (the non-overlap path)."""
+        for req, token in zip(batch.reqs, next_ids.tolist()):
+            req.output_ids.append(token)
+        batch.output_ids = next_ids
+        batch.input_ids = next_ids.to(torch.int64)
+
+    def finish(self, positions) -> list:
+        """The requests at `positions` finish (SGLang's `release_kv_cache`, then `filter_batch`); returns them."""
+        from sglang.srt.managers.schedule_batch import FINISH_LENGTH
+        from sglang.srt.mem_cache.common import release_kv_cache
+
+        reqs = [self.running.reqs[position] for position in positions]
+        for req in reqs:
+            req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
+            release_kv_cache(req, self.tree_cache, checkpoint=False)
+        self.running.filter_batch()
+        return reqs
+
+    def prepare_decode(self) -> ScheduledBatch:
+        """`prepare_for_decode` on the running batch, and the view the checks read."""
+        batch = self.running
+        batch.prepare_for_decode()
+        fb = self.forward_batch(batch)
+        rows, lens = fb.req_pool_indices.tolist(), fb.seq_lens.tolist()
+        req_to_token = self.pools.req_to_token_pool.req_to_token
+        self.pools.staged_slots = [req_to_token[row, :n].tolist() for row, n in zip(rows, lens)]
+        mrope = None if fb.mrope_positions is None else fb.mrope_positions.tolist()
+        return ScheduledBatch(input_ids=fb.input_ids.tolist(), positions=fb.positions.tolist(), seq_lens=lens,
+                              req_pool_indices=rows, out_cache_loc=fb.out_cache_loc.tolist(),
+                              mrope_positions=mrope, built=lambda: self.forward_batch(batch))
+
+
+class Alone:
+    """Each running request replayed alone, in lockstep with the batch (`harness.oracles.batch_invariance`): on
+    pools of its own, SGLang's batch code prefills its prompt (SGLang's torch-native attention; an MLA model the
+    Triton extend kernels, which the torch-native backend cannot run over the latent pool) and then decodes, one
+    eager step of a batch of one on the torch-native backend per decode step of the batch, the tokens the batch
+    chose for it."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.requests: dict[str, tuple[Scheduler, Any]] = {}  # rid -> (its scheduler, its decode backend)
+
+    def admit(self, reqs) -> None:
+        import copy
+
+        from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+        from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+        from harness.models.real.pools import Pools
+
+        target = self.target
+        for req in reqs:
+            pools = Pools(target.real.model_config, 1, target.pools.tokens, target.device)
+            runner = copy.copy(target.model_runner)
+            runner.req_to_token_pool, runner.token_to_kv_pool = pools.req_to_token_pool, pools.token_to_kv_pool
+            runner.token_to_kv_pool_allocator, runner.kv_index_translator = pools.allocator, pools.translator
+            scheduler = Scheduler(target, pools, runner)
+            scheduler.running = batch = scheduler.extend_batch([tuple(req.origin_input_ids)])
+            prefill = (TritonAttnBackend if pools.mla else TorchNativeAttnBackend)(runner)
+            target.run_eager(scheduler.forward_batch(batch), prefill)
+            self.requests[req.rid] = (scheduler, TorchNativeAttnBackend(runner))
+
+    def finish(self, reqs) -> None:
+        for req in reqs:
+            self.requests.pop(req.rid, None)
+
+    def step(self, req) -> torch.Tensor:
+        """The next-token logits of `req` decoding alone its last chosen token (its cache then holds it)."""
+        scheduler, backend = self.requests[req.rid]
+        batch = scheduler.running
+        batch.reqs[0].output_ids[:] = req.output_ids
+        batch.input_ids = torch.tensor(req.output_ids[-1:], dtype=torch.int64, device=batch.device)
+        batch.prepare_for_decode()
+        return self.target.run_eager(scheduler.forward_batch(batch), backend).next_token_logits[0]
+
+
+def held_against_history(batch: ScheduledBatch, index: int, history: list[int]) -> str:
+    """What the batch held for request `index` beside what its history implies (a decode step reads the history's
+    last token at position len - 1 with seq_len len); a diagnosis."""
+    implied = {"seq_len": len(history), "position": len(history) - 1, "input id": history[-1]}
+    held = {"seq_len": batch.seq_lens[index], "position": batch.positions[index], "input id": batch.input_ids[index]}
+    wrong = [f"{name} {held[name]} where its history implies {value}" for name, value in implied.items()
+             if held[name] != value]
+    held = ", ".join(wrong) if wrong else "the seq_len, position and input id its history implies"
+    return f"; the batch held {held} (pool row {batch.pool_rows[index]}, cache slot {batch.cache_slots[index]})"
+
+
+def servable(target, batch_size: int) -> bool:
+    """Whether the case says the runner replays a decode batch of `batch_size` (padding on: the largest captured
+    size holds it)."""
+    return batch_size <= max(target.capture_bs)
+
+
+def run_program(target, program, note: Callable[[str, Any], None] | None = None) -> list[tuple[str, int]]:
+    """Play `program` on `target` (see the module docstring); returns the decode steps as (verdict, batch size):
+    "replayed" or "eager" (a batch the case says no graph holds)."""
+    from harness.oracles.batch_invariance import check_requests_alone
+    from harness.targets.decode.real_model import check_replay
+
+    scheduler, steps, alone = Scheduler(target), [], Alone(target)
+    for index, step in enumerate(program):
+        if isinstance(step, Admit):
+            alone.admit(scheduler.admit(step.prompts))
+        elif isinstance(step, Finish):
+            alone.finish(scheduler.finish(step.positions))
+        elif isinstance(step, Decode):
+            batch = scheduler.prepare_decode()
+            where = (f"scheduled decode step {index} (batch of {batch.batch_size}, seq_lens {batch.seq_lens}, pool "
+                     f"rows {batch.pool_rows}, cache slots {batch.cache_slots})")
+            if servable(target, batch.batch_size):
+                logits = check_replay(target, batch, where, index)
+                steps.append(("replayed", batch.batch_size))
+            else:
+                if target.can_replay(batch):
+                    raise OracleFailure("eager-equality", f"{where}: the runner offers a graph for a batch of "
+                                        f"{batch.batch_size} having captured {target.capture_bs} (padding on: "
+                                        "none holds it)", batch=batch)
+                logits = target.eager(batch).next_token_logits
+                steps.append(("eager", batch.batch_size))
+            reqs = scheduler.running.reqs
+            histories = [scheduler.history(req) for req in reqs]
+            check_requests_alone(logits, histories, [alone.step(req) for req in reqs], where,
+                                 lambda i, b=batch: held_against_history(b, i, histories[i]))
+            scheduler._advance(scheduler.running, logits[:batch.batch_size].argmax(-1))
+        else:
+            raise TypeError(f"unknown program step {step!r}")
+    if note is not None:
+        note("decode_steps", steps)
+    return steps
