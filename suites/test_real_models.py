@@ -11,6 +11,8 @@ legality and stream order (`harness/targets/decode/real_model.py`).
 to what it gets decoded alone (`batch-invariance`)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import Phase, example as hypothesis_example, given, settings, strategies as st
 
@@ -25,7 +27,7 @@ from harness.oracles.recompile import RecompileWatcher
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets.decode import real_model, scheduled
-from harness.targets.decode.base import DecodeBatch, DecodeCase
+from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_eager, check_replays
 from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 
@@ -114,7 +116,7 @@ def run_example(ex, case, family, groups):
         ex.note("capture_seconds", round(target.capture_seconds, 3))
         ex.note("capture_modes", sorted({c.mode for c in cpu.CAPTURES}))
         ex.note("kernel_launches_recorded", [c.num_launches for c in cpu.CAPTURES])
-        ex.note("replayed", [("DECODE", group[0].batch.batch_size) for group in groups])
+        ex.note("replayed", [(group[0].batch.forward_mode, group[0].batch.batch_size) for group in groups])
         check_replays(target, groups)
         watcher.check("a replay compiled a frame")
     return target
@@ -123,7 +125,8 @@ def run_example(ex, case, family, groups):
 def _to_drawn(case, groups) -> dict:
     return {"capture_bs": list(case.capture_bs), "groups": [[{
         "seq_lens": s.batch.seq_lens, "pool_rows": s.batch.pool_rows, "input_ids": s.batch.input_ids,
-        "seed": s.seed, "mrope_deltas": s.mrope_deltas} for s in group] for group in groups]}
+        "seed": s.seed, "mrope_deltas": s.mrope_deltas, "draft_visibility": s.batch.draft_visibility}
+        for s in group] for group in groups]}
 
 
 CAPTURED = sorted(name for name, family in FAMILIES.items() if family.capture_refusal is None)
@@ -160,6 +163,66 @@ def test_refused_capture_is_the_declared_refusal_and_eager_matches(family, drawn
     """A family whose path the device cannot capture (`Family.capture_refusal`): the constructor's capture fails
     at the declared SGLang site with CUDA's text (recorded as expected-error); eager is still checked."""
     run_family(family, drawn)
+
+
+# -- TARGET_VERIFY: EAGLE's verify of draft tokens ----------------------------------------------------------------
+@st.composite
+def verify_examples(draw):
+    """An EAGLE verify case (2 or 3 draft tokens a request, captured sizes from the grid) and replays: per request
+    its cached prefix, pool row, drafts and their verify mask (a chain, the torch-native reference's case, or a
+    drawn tree: each draft sees itself and a drawn subset of the earlier ones)."""
+    from strategies.capture import draft_tree
+
+    drafts = draw(st.integers(2, 3), label="draft tokens")
+    spec = SpecSettings(num_steps=drafts - 1, topk=1, num_draft_tokens=drafts, algorithm="EAGLE")
+    case = dataclasses.replace(draw(real_cases()), spec=spec)
+    vocab = min(f.config["vocab_size"] for f in FAMILIES.values())
+    chain = [[k <= j for k in range(drafts)] for j in range(drafts)]
+    groups = []
+    for size in draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes"):
+        group = []
+        for _ in range(2):
+            prefix = draw(st.lists(st.integers(1, MAX_SEQ_LEN - drafts), min_size=size, max_size=size))
+            rows = draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]
+            ids = draw(st.lists(st.integers(0, vocab - 1), min_size=size * drafts, max_size=size * drafts))
+            trees = draw(st.one_of(st.just([chain] * size), st.lists(draft_tree(drafts), min_size=size,
+                                                                    max_size=size)), label="verify masks")
+            batch = DecodeBatch(input_ids=ids, positions=[], seq_lens=prefix, req_pool_indices=list(rows),
+                                forward_mode="TARGET_VERIFY", draft_visibility=trees)
+            group.append(StagedBatch(batch, draw(st.integers(0, 2 ** 16)),
+                                     [draw(st.integers(1 - n, 0)) for n in prefix]))
+        groups.append(group)
+    return case, groups
+
+
+CHAIN_3 = [[k <= j for k in range(3)] for j in range(3)]
+# capture 1 and 3, verify 2 requests of 3 drafts (padded to 3): a chain (the torch reference holds eager) and a tree
+PADDED_VERIFY = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS,
+                            spec=SpecSettings(num_steps=2, topk=1, num_draft_tokens=3, algorithm="EAGLE")),
+                 [[StagedBatch(DecodeBatch(input_ids=[5, 6, 7, 90, 91, 92], positions=[], seq_lens=[9, 4],
+                                           req_pool_indices=[4, 2], forward_mode="TARGET_VERIFY",
+                                           draft_visibility=[CHAIN_3, CHAIN_3]), 7, [-3, 0]),
+                   StagedBatch(DecodeBatch(input_ids=[1, 2, 3, 4, 5, 6], positions=[], seq_lens=[2, 17],
+                                           req_pool_indices=[8, 3], forward_mode="TARGET_VERIFY",
+                                           draft_visibility=[CHAIN_3, [[True, False, False], [True, True, False],
+                                                                       [True, False, True]]]), 8, [0, -9])]])
+
+
+@pytest.mark.parametrize("family", CAPTURED)
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PADDED_VERIFY)
+@given(drawn=verify_examples())
+def test_real_model_target_verify_matches_eager(family, drawn, device):
+    """EAGLE's TARGET_VERIFY graphs of a real model on the Triton backend's verify path: each replay against eager,
+    eager against SGLang's torch-native attention where the drafts form a chain (its causal extend), the KV the
+    drafts write, padded rows."""
+    case, groups = drawn
+    with example("real_models_verify", family=family, spec=dataclasses.asdict(case.spec),
+                 **_to_drawn(case, groups)) as ex:
+        reason = real_model.family_missing(family)
+        if reason:
+            pytest.skip(reason)
+        run_example(ex, case, family, groups)
 
 
 # -- batches as SGLang's scheduler builds them -------------------------------------------------------------------
@@ -252,9 +315,14 @@ def replay_case(drawn: dict) -> None:
         with get_device("cpu").install("cuda"), example("real_models_scheduled", **drawn) as ex:
             run_scheduled(ex, case, family, _program_from_drawn(drawn["program"]))
         return
+    suite = "real_models"
+    if drawn.get("spec"):  # a verify example (test_real_model_target_verify_matches_eager)
+        case, suite = dataclasses.replace(case, spec=SpecSettings(**drawn["spec"])), "real_models_verify"
+    mode = "TARGET_VERIFY" if case.spec else "DECODE"
     groups = [[StagedBatch(DecodeBatch(input_ids=b["input_ids"], positions=[n - 1 for n in b["seq_lens"]],
-                                       seq_lens=b["seq_lens"], req_pool_indices=b["pool_rows"]), b["seed"],
+                                       seq_lens=b["seq_lens"], req_pool_indices=b["pool_rows"], forward_mode=mode,
+                                       draft_visibility=b.get("draft_visibility")), b["seed"],
                            b.get("mrope_deltas"))
                for b in group] for group in drawn["groups"]]
-    with get_device("cpu").install("cuda"), example("real_models", **drawn) as ex:
+    with get_device("cpu").install("cuda"), example(suite, **drawn) as ex:
         run_example(ex, case, family, groups)

@@ -14,6 +14,11 @@ and clean SGLang must pass the same case.
   tiny models use no KV pool; here the replay of 2 requests padded to 3 differs from eager and the diagnosis names
   the request holding slot 0.
 
+- verify_mask_copied_by_an_even_split: `TritonAttnBackend._update_target_verify_buffers` copies `len // bs` of the
+  EAGLE verify mask at replay (one line recompiled from the installed source by `edited`): the drafts are masked
+  as an earlier replay left them. Here a TARGET_VERIFY replay differs from eager and the diagnosis names the
+  backend's `_verify_mask` and the requests whose part is stale.
+
 In-process rather than a subprocess mutant run: the edit is a wrapper around SGLang's own method, and the model
 build and a one-size capture cost a few seconds, where a fresh interpreter importing SGLang costs tens.
 """
@@ -23,7 +28,7 @@ import pytest
 
 from harness.devices import get_device
 from harness.oracles import OracleFailure
-from harness.targets.decode.base import DecodeBatch, DecodeCase
+from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, family_missing, load
 
 pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this process: seconds a test
@@ -103,3 +108,50 @@ def test_allocator_handing_out_the_padding_slot_fails_naming_the_request(family,
     diagnosis = failure.value.diagnosis
     assert "replay differs from eager" in diagnosis
     assert "request(s) [0] of the batch hold KV slot 0, SGLang's padding slot, which the 1 padded row(s)" in diagnosis
+
+
+def edited(function, old: str, new: str):
+    """`function` recompiled from its source with `old` replaced by `new` (exactly once), in its own module's
+    globals: a mutant of one line of an installed SGLang method, set with MonkeyPatch and undone after."""
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(function))
+    assert source.count(old) == 1, f"{function.__qualname__}: the mutant's text is not in the installed source once"
+    namespace: dict = {}
+    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec"), function.__globals__, namespace)
+    return namespace[function.__name__]
+
+
+# two requests verify 3 drafts each on the captured 2: the first a chain, the second a tree
+VERIFY_CASE = DecodeCase(capture_bs=(2,), max_running_requests=8,
+                         spec=SpecSettings(num_steps=2, topk=1, num_draft_tokens=3, algorithm="EAGLE"))
+TREE = [[True, False, False], [True, True, False], [True, False, True]]
+CHAIN = [[True, False, False], [True, True, False], [True, True, True]]
+VERIFY_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 6, 7, 90, 91, 92], positions=[], seq_lens=[9, 4],
+                                           req_pool_indices=[4, 2], forward_mode="TARGET_VERIFY",
+                                           draft_visibility=[CHAIN, TREE]), seed=7)]]
+
+
+def test_clean_sglang_passes_a_target_verify_replay(family):
+    check_replays(RealModelTarget(VERIFY_CASE, family=family), VERIFY_REPLAYS)
+
+
+def test_verify_mask_copied_by_an_even_split_fails_naming_the_mask(family, monkeypatch):
+    """`TritonAttnBackend._update_target_verify_buffers` copies `len(mask) // bs` entries of the verify mask at
+    replay, as if every request's part were as long (they are not: each spans its prefix plus its drafts), so the
+    tail of the mask stays as the last replay or the capture left it. No tiny model runs this backend."""
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    mutant = edited(TritonAttnBackend._update_target_verify_buffers,
+                    "custom_mask[: spec_info.custom_mask.shape[0]] = spec_info.custom_mask",
+                    "custom_mask[: spec_info.custom_mask.shape[0] // bs] = "
+                    "spec_info.custom_mask[: spec_info.custom_mask.shape[0] // bs]")
+    monkeypatch.setattr(TritonAttnBackend, "_update_target_verify_buffers", mutant)
+    with pytest.raises(OracleFailure) as failure:
+        check_replays(RealModelTarget(VERIFY_CASE, family=family), VERIFY_REPLAYS)
+    assert failure.value.oracle == "eager-equality", failure.value
+    diagnosis = failure.value.diagnosis
+    assert "replay differs from eager" in diagnosis, diagnosis
+    assert ("its verify mask buffer (`_verify_mask`) differs from the batch's custom mask for request(s) [0, 1]"
+            in diagnosis)

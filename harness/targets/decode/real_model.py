@@ -195,8 +195,24 @@ class RealModelTarget(v0_5_14.Target):
         return DecodeBatch(input_ids=list(input_ids), positions=positions, seq_lens=list(seq_lens),
                            req_pool_indices=list(pool_rows), out_cache_loc=slots, mrope_positions=mrope)
 
+    def stage_verify(self, batch: DecodeBatch, seed: int, mrope_deltas: list[int] | None = None) -> DecodeBatch:
+        """A TARGET_VERIFY batch (`batch.seq_lens`: the prefix in the cache; its input ids the drafts, D a request):
+        each request's row maps prefix + D tokens, the drafts' slots its `out_cache_loc` (where the verify writes),
+        as the EAGLE worker's prepare-for-verify leaves them; the drafts sit at positions prefix .. prefix + D - 1."""
+        drafts = self.case.spec.num_draft_tokens
+        self.pools.stage([n + drafts for n in batch.seq_lens], batch.pool_rows, seed)
+        out = [slot for slots in self.pools.staged_slots for slot in slots[-drafts:]]
+        positions = [n + i for n in batch.seq_lens for i in range(drafts)]
+        mrope = None
+        if self.real.family.mrope:
+            deltas = [d for d in (mrope_deltas or [0] * batch.batch_size) for _ in range(drafts)]
+            mrope = [[p + d for p, d in zip(positions, deltas)] for _ in range(3)]
+        return dataclasses.replace(batch, positions=positions, out_cache_loc=out, mrope_positions=mrope)
+
     def stage_item(self, item: StagedBatch) -> DecodeBatch:
         batch = item.batch
+        if batch.forward_mode == "TARGET_VERIFY":
+            return self.stage_verify(batch, item.seed, item.mrope_deltas)
         return self.stage(batch.seq_lens, batch.pool_rows, batch.input_ids, item.seed, item.mrope_deltas)
 
     def forward_batch(self, batch: DecodeBatch):
@@ -242,12 +258,14 @@ def _cache_difference(pools: Pools, replayed: list[torch.Tensor], eager: list[to
 def static_input_report(target: RealModelTarget, batch: DecodeBatch) -> str:
     """The runner's static inputs for the real and the padded rows (a diagnosis only, read after a failure)."""
     padded = min(s for s in target.capture_bs if s >= batch.batch_size)
+    width = target.case.tokens_per_request
     rows = []
     for name, per_token in (("input_ids", True), ("positions", True), ("out_cache_loc", True),
                             ("req_pool_indices", False), ("seq_lens", False)):
         buffer = target.static_buffer(name)
         if buffer is not None:
-            rows.append(f"`{name}`[:{padded}] = {buffer[:padded].tolist()}")
+            stop = padded * width if per_token else padded
+            rows.append(f"`{name}`[:{stop}] = {buffer[:stop].tolist()}")
     mrope = target.static_buffer("mrope_positions") if batch.mrope_positions else None
     if mrope is not None:
         rows.append(f"`mrope_positions`[:, :{padded}] = {mrope[:, :padded].tolist()} (the batch's "
@@ -266,8 +284,8 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
     indptr = [0]
     for n in lens:
         indptr.append(indptr[-1] + n)
-    indices = [slot for slots in target.pools.staged_slots for slot in slots] + [0] * (fill * (padded -
-                                                                                              batch.batch_size))
+    indices = [slot for slots, n in zip(target.pools.staged_slots, batch.seq_lens) for slot in slots[:n]] + \
+        [0] * (fill * (padded - batch.batch_size))  # a verify batch's rows also map its drafts, past seq_len
     wrong = []
     held = backend.kv_indptr[:padded + 1].tolist()
     if held != indptr:
@@ -277,6 +295,20 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
     if held != indices:
         wrong.append(f"its `cuda_graph_kv_indices`[:{len(indices)}] holds {held[:16]} where the batch's "
                      f"req_to_token rows imply {indices[:16]}")
+    mask = batch.custom_mask()
+    verify_mask = getattr(backend, "_verify_mask", None)
+    if mask is not None and verify_mask is not None:  # the verify mask the replay's kernels read, request by request
+        held = verify_mask.buffer[:len(mask)].tolist()
+        start, stale = 0, []
+        drafts = target.case.spec.num_draft_tokens
+        for request, prefix in enumerate(batch.seq_lens):
+            stop = start + drafts * (prefix + drafts)
+            if held[start:stop] != mask[start:stop]:
+                stale.append(request)
+            start = stop
+        if stale:
+            wrong.append(f"its verify mask buffer (`_verify_mask`) differs from the batch's custom mask for "
+                         f"request(s) {stale}")
     return ("; attention metadata: " + "; ".join(wrong)) if wrong else ""
 
 
@@ -306,9 +338,24 @@ def check_eager(target: RealModelTarget, staged: list[list[StagedBatch]]) -> Non
 
 
 def check_eager_against_reference(target: RealModelTarget, batch, eager: torch.Tensor, where: str) -> None:
-    """Eager on the Triton backend equals SGLang's torch-native attention over the same cache (restored before)."""
-    eager_matches_reference(eager, target.eager(batch, attn_backend=target.reference_attn_backend).next_token_logits,
-                            where)
+    """Eager on the Triton backend equals SGLang's torch-native attention over the same cache (restored before). A
+    TARGET_VERIFY batch reaches the torch-native backend as the extend it is when its drafts form a chain (each
+    draft sees the ones before it, SGLang's causal extend): the prefix lengths as extend prefixes, the drafts as
+    the extended tokens (`Pools.stage` mapped their slots in each request's row). A draft tree has no torch-native
+    counterpart: its eager is held to replay only."""
+    backend = target.reference_attn_backend
+    if batch.forward_mode != "TARGET_VERIFY":
+        eager_matches_reference(eager, target.eager(batch, attn_backend=backend).next_token_logits, where)
+        return
+    drafts = target.case.spec.num_draft_tokens
+    chain = [[[col <= row for col in range(drafts)] for row in range(drafts)]] * batch.batch_size
+    if batch.draft_visibility != chain:
+        return
+    fb = target.forward_batch(batch)
+    fb.extend_prefix_lens, fb.extend_seq_lens = fb.seq_lens, torch.full_like(fb.seq_lens, drafts)
+    fb.seq_lens = fb.seq_lens + drafts
+    reference = target.run_eager(fb, backend).next_token_logits
+    eager_matches_reference(eager, reference, f"{where}, its draft chain as an extend")
 
 
 def eager_matches_reference(eager: torch.Tensor, reference: torch.Tensor, where: str) -> None:
@@ -343,7 +390,7 @@ def check_replay(target: RealModelTarget, batch: DecodeBatch, where: str, step: 
     mark = counter.mark()
     output = target.replay(batch)
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
-    got = output.next_token_logits[:batch.batch_size].clone()
+    got = output.next_token_logits[:len(batch.input_ids)].clone()  # a verify batch: every draft token's row
     after_replay = pools.snapshot()
     pools.restore(before)
     eager = target.eager(batch).next_token_logits
