@@ -225,6 +225,69 @@ def test_real_model_target_verify_matches_eager(family, drawn, device):
         run_example(ex, case, family, groups)
 
 
+# -- the prefill runner (breakable) -------------------------------------------------------------------------------
+@st.composite
+def prefill_examples(draw):
+    """Captured token counts from a grid, and one or two extend batches of new requests (prompts of 1..12 tokens);
+    a batch past the largest count is drawn too (the runner must refuse it)."""
+    vocab = min(f.config["vocab_size"] for f in FAMILIES.values())
+    counts = draw(st.lists(st.sampled_from([4, 8, 16, 32]), min_size=1, max_size=3, unique=True), label="capture")
+    prompt = st.lists(st.integers(0, vocab - 1), min_size=1, max_size=MAX_PROMPT).map(tuple)
+    batches = draw(st.lists(st.lists(prompt, min_size=1, max_size=3).map(tuple), min_size=1, max_size=2),
+                   label="batches")
+    return tuple(sorted(counts)), batches
+
+
+# capture 8 and 16: 8 tokens (a captured count), 15 (padded to 16), then 20 (no graph holds it)
+PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), ((5,) * 9, (3, 4), (7, 7, 7, 7)),
+                           ((6,) * 12, (2,) * 8)])
+
+
+def run_prefill(family, drawn, suite="real_models_prefill"):
+    from harness.targets.prefill.base import PrefillCase
+    from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
+
+    counts, batches = drawn
+    case = PrefillCase(backend="breakable", capture_tokens=counts)
+    with example(suite, family=family, capture_tokens=list(counts),
+                 batches=[[list(p) for p in b] for b in batches]) as ex:
+        try:
+            with RecompileWatcher("real model prefill forward") as watcher:
+                target = RealModelPrefillTarget(case, family)
+                watcher.arm()
+                verdicts = [check_prefill(target, prompts, index) for index, prompts in enumerate(batches)]
+                watcher.check("a prefill replay compiled a frame")
+        except PathMissing as missing:
+            pytest.skip(str(missing))
+        ex.note("prefills", verdicts)
+        ex.note("replayed", [("EXTEND", sum(len(p) for p in b)) for b, v in zip(batches, verdicts)
+                             if v == "replayed"])
+
+
+PREFILL_FAMILIES = [name for name in CAPTURED if name != "mla"]  # MLA: the finding below
+
+
+@pytest.mark.parametrize("family", PREFILL_FAMILIES)
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PREFILL_PADDED)
+@given(drawn=prefill_examples())
+def test_real_model_prefill_breakable_matches_eager(family, drawn, device):
+    """SGLang's prefill runner on its breakable backend capturing a real model (`harness/targets/prefill/
+    real_model.py`): extend batches from SGLang's batch code replayed against eager, eager against SGLang's
+    torch-native attention, the KV cache each leaves, graphs offered exactly to the batches a captured count holds,
+    no recompile."""
+    run_prefill(family, drawn)
+
+
+@pytest.mark.xfail(strict=True, raises=OracleFailure, reason=(
+    "finding on SGLang 0.5.23, cause not yet isolated: the tiny DeepSeek-V2 (MLA: latent 256, rope 32, nope 16, "
+    "deepseek_yarn factor 1) under the breakable prefill graph gives logits up to 0.57 away (scale 0.76) from its "
+    "eager extend on the same batch, and a request decoded after its prefill differs as much from the prefill of "
+    "the same tokens: SGLang's absorbed MLA path and its MHA extend path disagree on this configuration"))
+def test_findings_mla_breakable_prefill_replay_differs_from_eager(device):
+    run_prefill("mla", PREFILL_PADDED, suite="real_models_findings")
+
+
 # -- batches as SGLang's scheduler builds them -------------------------------------------------------------------
 MAX_PROMPT = 12
 MAX_RUNNING = 6  # more than the largest captured size (4): a running batch no graph holds is drawn too
@@ -309,8 +372,13 @@ def test_scheduled_batches_replay_matches_eager(family, drawn, device):
 def replay_case(drawn: dict) -> None:
     """One recorded example without Hypothesis or pytest (repro scripts, pinned regressions)."""
     real_model.load()
-    case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)
     family = drawn.get("family", "dense")
+    if "batches" in drawn:  # a prefill example (test_real_model_prefill_breakable_matches_eager)
+        with get_device("cpu").install("cuda"):
+            run_prefill(family, (tuple(drawn["capture_tokens"]), [tuple(tuple(p) for p in b)
+                                                                   for b in drawn["batches"]]))
+        return
+    case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)
     if "program" in drawn:  # a scheduler-built example (test_scheduled_batches_replay_matches_eager)
         with get_device("cpu").install("cuda"), example("real_models_scheduled", **drawn) as ex:
             run_scheduled(ex, case, family, _program_from_drawn(drawn["program"]))

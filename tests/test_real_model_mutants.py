@@ -19,6 +19,14 @@ and clean SGLang must pass the same case.
   as an earlier replay left them. Here a TARGET_VERIFY replay differs from eager and the diagnosis names the
   backend's `_verify_mask` and the requests whose part is stale.
 
+- breakable_attention_drops_save_kv_cache: the prefill runner's breakable graphs with a real model run SGLang's
+  `RadixAttention._eager_attention` between captured segments; with `save_kv_cache` passed as False the replay's
+  logits are right and its K/V are never written. The diagnosis names the KV buffer and the slots.
+
+- prefill_padding_limit_raised: the prefill runner's limit on graph padding (a bucket at most twice the batch's
+  tokens) raised to 4: a batch the harness's rule (`admission.padding_refusal`) says must run eager is offered a
+  graph (`admission`).
+
 In-process rather than a subprocess mutant run: the edit is a wrapper around SGLang's own method, and the model
 build and a one-size capture cost a few seconds, where a fresh interpreter importing SGLang costs tens.
 """
@@ -155,3 +163,69 @@ def test_verify_mask_copied_by_an_even_split_fails_naming_the_mask(family, monke
     assert "replay differs from eager" in diagnosis, diagnosis
     assert ("its verify mask buffer (`_verify_mask`) differs from the batch's custom mask for request(s) [0, 1]"
             in diagnosis)
+
+
+# -- the prefill runner's breakable graphs (harness/targets/prefill/real_model.py) --------------------------------
+PREFILL_BATCHES = [((1, 2, 3, 4, 5), (9, 8, 7)), ((5,) * 9, (3, 4), (7, 7, 7, 7))]  # 8 tokens, then 15 padded to 16
+
+
+def _prefill_target(family: str):
+    from harness.targets.prefill.base import PrefillCase
+    from harness.targets.prefill.real_model import RealModelPrefillTarget
+
+    return RealModelPrefillTarget(PrefillCase(backend="breakable", capture_tokens=(8, 16)), family)
+
+
+@pytest.mark.parametrize("prefill_family", ["dense", pytest.param("vlm", marks=pytest.mark.slow)])
+def test_clean_sglang_passes_breakable_prefill_replays(prefill_family):
+    from harness.targets.prefill.real_model import check_prefill
+
+    load()
+    with get_device("cpu").install("cuda"):
+        target = _prefill_target(prefill_family)
+        assert [check_prefill(target, p, i) for i, p in enumerate(PREFILL_BATCHES)] == ["replayed", "replayed"]
+
+
+def test_breakable_attention_dropping_save_kv_cache_fails_naming_the_cache(monkeypatch):
+    """`RadixAttention._eager_attention` (the attention a breakable prefill graph runs eagerly between its captured
+    segments) passes `False` for `save_kv_cache`: a replayed prefill computes the right logits and writes no K/V,
+    so the next decode step of those requests reads an empty prefix. The tiny prefill model has its own attention
+    and never runs this method; here the KV cache the replay leaves differs from eager's, named by buffer and
+    slot."""
+    from sglang.srt.layers import radix_attention
+    from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph import (
+        eager_on_graph,
+    )
+
+    from harness.targets.prefill.real_model import check_prefill
+
+    load()
+    inner = radix_attention.RadixAttention._eager_attention.__wrapped__  # the body under SGLang's eager_on_graph
+    mutant = edited(inner, "save_kv_cache,\n                **kwargs,", "False,\n                **kwargs,")
+    monkeypatch.setattr(radix_attention.RadixAttention, "_eager_attention", eager_on_graph(mutant))
+    with get_device("cpu").install("cuda"), pytest.raises(OracleFailure) as failure:
+        check_prefill(_prefill_target("dense"), PREFILL_BATCHES[0], 0)
+    assert failure.value.oracle == "eager-equality"
+    diagnosis = failure.value.diagnosis
+    assert "the replay's logits equal eager's but the KV cache it leaves does not" in diagnosis
+    assert "`k_buffer[layer 0]` differs at KV slot(s)" in diagnosis
+
+
+def test_prefill_padding_limit_raised_fails_admission(monkeypatch):
+    """SGLang's prefill runner serving a batch padded more than twice (its `_MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR`
+    raised to 4): 3 tokens padded to the captured 8 are offered a graph the harness's rule says they must not get;
+    on clean SGLang they are refused."""
+    from sglang.srt.model_executor.runner import prefill_cuda_graph_runner
+
+    from harness.targets.prefill.real_model import check_prefill
+
+    load()
+    with get_device("cpu").install("cuda"):
+        target = _prefill_target("dense")
+        assert check_prefill(target, ((1, 2, 3),), 0) == "refused"
+        monkeypatch.setattr(prefill_cuda_graph_runner, "_MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR", 4)
+        with pytest.raises(OracleFailure) as failure:
+            check_prefill(target, ((1, 2, 3),), 1)
+    assert failure.value.oracle == "admission"
+    assert ("the runner offers a graph though its 3 tokens would be padded to 8, more than 2x"
+            in failure.value.diagnosis)

@@ -49,7 +49,8 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
     Oracle("admission", "a batch the graphs cannot serve takes the eager path, a configuration SGLang must refuse "
            "fails at construction, and every refusal is one a rule (`harness/targets/prefill/admission.py`) "
            "predicted from the case", "harness/targets/prefill/session.py",
-           ("test_prefill_mutants.py", "test_decode_ragged_mutants.py", "test_expected_errors.py")),
+           ("test_prefill_mutants.py", "test_decode_ragged_mutants.py", "test_expected_errors.py",
+            "test_real_model_mutants.py")),
     Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
            "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
     Oracle("graph-break", "where SGLang compiles with `fullgraph=True` Dynamo traces the body whole; a break is "

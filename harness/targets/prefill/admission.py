@@ -9,6 +9,30 @@ from harness.models.prefill_model import LORA_GRAPH_MAX_REQUESTS, PrefillForCaus
 from harness.targets.prefill.base import Batch, PrefillCase
 
 
+PADDING_FACTOR = 2  # SGLang 0.5.2x: a graph serves a batch only while its bucket is at most twice its tokens
+
+
+def padding_refusal(capture_tokens, num_tokens: int) -> str | None:
+    """Why the release's prefill runner pads `num_tokens` too much to serve them from a graph (None: it may).
+    SGLang 0.5.2x rejects "disproportionate padding waste": a bucket above PADDING_FACTOR x the batch's tokens
+    (the release is known by its `_MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR`; the factor is the harness's
+    expectation, so a release that changes it shows)."""
+    from harness.targets.prefill.v0_5_14 import RUNNER_MODULE
+    from harness.versions import module_exists
+
+    if not module_exists(RUNNER_MODULE):
+        return None
+    import importlib
+
+    if not hasattr(importlib.import_module(RUNNER_MODULE), "_MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR"):
+        return None
+    fits = [c for c in capture_tokens if c >= num_tokens]
+    if fits and min(fits) > num_tokens * PADDING_FACTOR:
+        return (f"its {num_tokens} tokens would be padded to {min(fits)}, more than {PADDING_FACTOR}x (SGLang's "
+                "limit on prefill graph padding)")
+    return None
+
+
 def must_run_eager(case: PrefillCase, batch: Batch) -> str | None:
     """Why the graphs cannot serve `batch` (None: they may).
 
@@ -21,6 +45,9 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> str | None:
     largest = max(case.capture_tokens)
     if batch.num_tokens > largest:
         return f"its {batch.num_tokens} tokens exceed the largest capture ({largest})"
+    padding = padding_refusal(case.capture_tokens, batch.num_tokens)
+    if padding:
+        return padding
     if any(r.embeds is not None for r in batch.requests):
         return "it carries input_embeds (an image request's own embeddings), which the captured graphs never read"
     if batch.replace_embeds:

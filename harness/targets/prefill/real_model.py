@@ -1,0 +1,177 @@
+"""The prefill runner driving a real SGLang model class on SGLang's Triton attention backend and real pools.
+
+`RealModelPrefillTarget` is the 0.5.14+ prefill target (`v0_5_14.Target`: published config, SGLang's `ModelRunner`
+with its constructor skipped, `PrefillCudaGraphRunner` capturing every token count) with its doubles replaced: the
+model is SGLang's own class for a family (`harness.models.real.build`), the attention backend SGLang's
+`TritonAttnBackend` (kernels by Triton's CPU interpreter) over SGLang's `ReqToTokenPool` and KV pools, and the
+runner carries the real `ModelConfig`, the pools, the allocator, the KV index translator and the model's
+`RadixAttention` layers. Batches come from SGLang's own batch code (`decode/scheduled.Scheduler.extend_batch`:
+`ScheduleBatch.prepare_for_extend`, `ForwardBatch.init_new`).
+
+Backends on the virtual device (`backend_refusal`, decided from the release and the backend before a run):
+- breakable: runs; the graph breaks around each attention layer (`RadixAttention._eager_attention`).
+- full: SGLang's `TritonAttnBackend` plans no full-graph prefill metadata; SGLang refuses at capture with
+  "Invalid forward mode ... for CUDA Graph replay".
+- tc_piecewise: SGLang 0.5.2x's config removed it and its `RadixAttention` no longer routes attention through the
+  piecewise split op, so Dynamo meets the Triton kernels SGLang wraps in `torch.compiler.disable`.
+
+`check_prefill(target, prompts)`: one extend batch of new requests; a batch the case says a graph holds (its
+tokens within the largest captured count, padded at most twice: `admission.padding_refusal`) must be offered a
+graph and its replay must equal eager on the same cache (bit-exact on a captured count; `same`'s tolerance on a
+padded one), eager SGLang's torch-native attention (an MHA family), and the KV cache each leaves must agree; any
+other batch must be refused.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from harness.errors import PathMissing
+from harness.models.real import FAMILIES, missing
+from harness.models.real.pools import Pools
+from harness.oracles import OracleFailure
+from harness.oracles.eager import assert_matches_eager
+from harness.targets.decode.real_model import KV_TOKENS, _cache_difference, eager_matches_reference, kernels, \
+    real_model
+from harness.targets.prefill import v0_5_14
+from harness.targets.prefill.admission import padding_refusal
+from harness.targets.prefill.base import KvCache, PrefillCase
+from harness.targets.sglang_plumbing import ensure_tp_group, forward_context, load
+
+BACKEND_REFUSALS = {
+    "full": "SGLang's TritonAttnBackend plans no full-graph prefill metadata (its capture raises \"Invalid forward "
+            "mode ... for CUDA Graph replay\")",
+    "tc_piecewise": "SGLang 0.5.2x removed tc_piecewise: its RadixAttention no longer splits attention out of the "
+                    "compiled graph, so Dynamo meets SGLang's torch.compiler.disable'd Triton kernels",
+}
+
+
+def load_layout():
+    """The prefill layout this target drives (0.5.14+), or PathMissing naming what the release lacks."""
+    from harness.targets.prefill import load as prefill_layout
+    from harness.versions import sglang_version
+
+    layout = prefill_layout()
+    if layout is not v0_5_14.LAYOUT:
+        raise PathMissing(f"SGLang {sglang_version()}: the real-model prefill target drives the 0.5.14+ prefill "
+                          f"runner; this release has the {layout.name} layout")
+    return layout
+
+
+def backend_refusal(backend: str) -> str | None:
+    return BACKEND_REFUSALS.get(backend)
+
+
+class RealModelPrefillTarget(v0_5_14.Target):
+    """See the module docstring. `family`: a key of `harness.models.real.FAMILIES` whose capture the device allows."""
+
+    def __init__(self, case: PrefillCase, family: str, device: str = "cpu") -> None:
+        layout = load_layout()
+        reason = missing(family) or backend_refusal(case.backend) or layout.backend_gap(case.backend, device)
+        if reason:
+            raise PathMissing(reason)
+        self.family = family
+        super().__init__(case, layout, device)
+
+    def _build(self, case: PrefillCase, device: str) -> None:
+        from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+        from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+        from sglang.srt.layers.radix_attention import RadixAttention
+
+        self.server_args = v0_5_14.publish_config(case, device)
+        ensure_tp_group()
+        self.real = real_model(self.family)
+        self.model = self.real.model
+        self.pools = pools = Pools(self.real.model_config, case.max_requests, KV_TOKENS, device)
+        self.kv = KvCache(case.max_requests, case.max_context, device=device)  # what make_model_runner sizes from
+        runner = v0_5_14.make_model_runner(self.model, SimpleNamespace(req_to_token_pool=pools.req_to_token_pool),
+                                           self.kv, self.server_args, case)
+        layers = [m for m in self.model.modules() if isinstance(m, RadixAttention)]
+        for name, value in dict(
+                model_config=self.real.model_config, req_to_token_pool=pools.req_to_token_pool,
+                token_to_kv_pool=pools.token_to_kv_pool, token_to_kv_pool_allocator=pools.allocator,
+                kv_index_translator=pools.translator, page_size=1, sliding_window_size=None,
+                prefill_attention_backend_str="triton", attention_layers=layers,
+                mha_companion_layers=[None] * len(layers), moe_layers=[None] * len(layers),
+                moe_fusions=[None] * len(layers),
+                layer_info=SimpleNamespace(start_layer=0, end_layer=len(layers))).items():
+            object.__setattr__(runner, name, value)
+        self.attn_backend = TritonAttnBackend(runner)
+        object.__setattr__(runner, "attn_backend", self.attn_backend)
+        object.__setattr__(runner, "decode_attn_backend", self.attn_backend)
+        self.eager_attn_backend = TritonAttnBackend(runner)
+        self.reference_attn_backend = TorchNativeAttnBackend(runner)
+        self.model_runner = runner
+        if v0_5_14.module_exists(v0_5_14.EAGER_RUNNER_MODULE):
+            runner.eager_runner = load(v0_5_14.EAGER_RUNNER_MODULE, "EagerRunner")(runner)
+        with v0_5_14._tc_piecewise_resolution(case), kernels():
+            self.runner = load(v0_5_14.RUNNER_MODULE, "PrefillCudaGraphRunner")(runner)
+        runner.prefill_cuda_graph_runner = self.runner
+
+    def run_eager(self, fb, backend):
+        with kernels():
+            backend.init_forward_metadata(fb)
+            with torch.no_grad(), forward_context(backend, fb):
+                return self.model.forward(fb.input_ids, fb.positions, fb)
+
+    def replay(self, fb):
+        with kernels():
+            return self.runner.execute(fb)
+
+
+def check_prefill(target: RealModelPrefillTarget, prompts, index: int) -> str:
+    """See the module docstring; returns "replayed" or "refused" (a batch no captured count holds)."""
+    from harness.targets.decode.scheduled import Scheduler
+
+    scheduler = Scheduler(target, target.pools, target.model_runner)
+    batch = scheduler.extend_batch(prompts)
+    fb = scheduler.forward_batch(batch)
+    tokens = int(fb.input_ids.shape[0])
+    captured = tuple(target.case.capture_tokens)
+    where = (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens, pool rows "
+             f"{fb.req_pool_indices.tolist()}, captured token counts {list(captured)})")
+    offered = bool(target.runner.can_run_graph(fb))
+    refusal = (f"its {tokens} tokens exceed the largest captured count {max(captured)}" if tokens > max(captured)
+               else padding_refusal(captured, tokens))
+    if refusal:
+        if offered:
+            raise OracleFailure("admission", f"{where}: the runner offers a graph though {refusal}")
+        return "refused"
+    if not offered:
+        raise OracleFailure("admission", f"{where}: the runner refuses {tokens} tokens though the captured count "
+                            f"{min(c for c in captured if c >= tokens)} holds them")
+    pools = target.pools
+    # the harness reads the whole cache, as a host read of device memory: after a device synchronisation (the
+    # breakable capture's eager breaks wrote the pool on the capture stream, and nothing later orders them)
+    device_module = torch.get_device_module(target.device)
+    device_module.synchronize()
+    before = pools.snapshot()
+    got = target.replay(fb).next_token_logits.clone()
+    device_module.synchronize()
+    after_replay = pools.snapshot()
+    pools.restore(before)
+    eager = target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend).next_token_logits
+    after_eager = pools.snapshot()
+    if not pools.mla:  # an MLA model's extend takes its MHA path, which the torch-native backend cannot run
+        pools.restore(before)
+        reference = target.run_eager(scheduler.forward_batch(batch), target.reference_attn_backend)
+        eager_matches_reference(eager, reference.next_token_logits, where)
+    exact = tokens in captured
+    cache = _cache_difference(pools, after_replay, after_eager, exact)
+    try:
+        assert_matches_eager(got, eager, exact=exact)
+    except OracleFailure as failure:
+        raise OracleFailure(failure.oracle, f"{where}: replay differs from eager: {failure.diagnosis}"
+                            f"{'; the KV cache after the replay: ' + cache if cache else ''}",
+                            **failure.details) from None
+    if cache:
+        raise OracleFailure("eager-equality", f"{where}: the replay's logits equal eager's but the KV cache it "
+                            f"leaves does not: {cache}")
+    pools.restore(after_replay)
+    return "replayed"
+
+
+def prefill_families() -> list[str]:
+    """The families whose capture the device allows (Qwen2-MoE's host-synchronising experts refuse any capture)."""
+    return sorted(name for name, family in FAMILIES.items() if family.capture_refusal is None)
