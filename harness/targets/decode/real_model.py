@@ -52,7 +52,9 @@ from harness.targets.decode.base import DecodeBatch, DecodeCase, make_model_runn
 TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.ops.attention.decode_attention",
                   "sglang.kernels.ops.attention.metadata", "sglang.srt.mem_cache.kv_index_translator",
                   "sglang.kernels.ops.elementwise.elementwise",  # Qwen2-MoE's shared-expert gate
-                  "sglang.kernels.ops.attention.extend_attention")  # a scheduled batch's prefill (scheduled.py)
+                  "sglang.kernels.ops.attention.extend_attention",  # a scheduled batch's prefill (scheduled.py)
+                  "sglang.srt.mem_cache.allocation",  # up to 0.5.1x the scheduler's req_to_token writes
+                  "sglang.kernels.ops.attention.position")  # up to 0.5.1x ForwardBatch.init_new's extend positions
 KV_SPLITS = 1  # --triton-attention-num-kv-splits (SGLang's default 8: eight times the interpreted programs)
 KV_TOKENS = 512  # KV slots of the pool (slot 0: SGLang's padding slot)
 
@@ -106,7 +108,10 @@ def real_model(family: str) -> RealModel:
 
 
 def kernels() -> contextlib.AbstractContextManager:
-    return interpret_kernels(importlib.import_module(name) for name in TRITON_MODULES)
+    """Triton's CPU interpreter for the kernels of `TRITON_MODULES` (those the installed release has)."""
+    from harness.versions import module_exists
+
+    return interpret_kernels(importlib.import_module(name) for name in TRITON_MODULES if module_exists(name))
 
 
 @dataclasses.dataclass
@@ -175,6 +180,9 @@ class RealModelTarget(v0_5_14.Target):
         runner.sliding_window_size, runner.page_size, runner.kv_cache_dtype = None, 1, torch.float32
         runner.prefill_attention_backend_str = "triton"  # ModelRunner's, resolved from --attention-backend triton;
         # ForwardBatch.init_new reads it for a scheduler-built extend batch's positions (`decode/scheduled.py`)
+        from harness.targets.prefill.v0_5_14 import parallel_view
+
+        runner.ps = parallel_view()  # up to 0.5.19 ForwardBatch.init_new reads the runner's parallel view
         return runner
 
     def make_model_runner(self, case: DecodeCase, device: str):

@@ -11,8 +11,9 @@ runner sees the CPU fields, their types and values as production hands them (per
 `ForwardBatch._compute_mrope_positions`), and pool rows and KV slots reused after a request left.
 
 `run_program(target, program)` plays a drawn program (`Admit`, `Decode`, `Finish` steps); each decode step is
-judged by `real_model.check_replay` like a staged batch. Whether a step may replay is derived from the case: the
-running batch must fit the largest captured size (padding on), else the runner must refuse it and eager serves it.
+judged by `real_model.check_replay` like a staged batch, and each of its requests is held to what it gets decoded
+alone (`Alone`, the `batch-invariance` oracle). Whether a step may replay is derived from the case: the running
+batch must fit the largest captured size (padding on), else the runner must refuse it and eager serves it.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import torch
 
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeBatch
+from harness.targets.decode.real_model import check_replay, eager_matches_reference, kernels
 
 MAX_NEW_TOKENS = 64  # per request: more than any program decodes, so SGLang finishes none on its own
 
@@ -77,6 +79,28 @@ class Finish:
     positions: tuple[int, ...]
 
 
+def _release_without_insert() -> dict:
+    """`release_kv_cache`'s switch for "free, do not keep in the tree": `checkpoint=False` in 0.5.2x, `is_insert=False`
+    before."""
+    import inspect
+
+    from sglang.srt.mem_cache.common import release_kv_cache
+
+    return {"checkpoint": False} if "checkpoint" in inspect.signature(release_kv_cache).parameters else \
+        {"is_insert": False}
+
+
+def _admit_whole(req) -> None:
+    """What SGLang's `PrefillAdder` records when it admits a whole prompt (no chunking): the extent to prefill, from
+    the matched prefix to the prompt's end; 0.5.2x as `extend_end`, earlier releases through `set_extend_range`."""
+    prefix = req.prefix_len if hasattr(req, "prefix_len") else len(req.prefix_indices)
+    end = len(req.full_untruncated_fill_ids)
+    if hasattr(req, "set_extend_range"):
+        req.set_extend_range(prefix, end)
+    else:
+        req.extend_end = end
+
+
 class Scheduler:
     """The part of SGLang's scheduler a decode runner's input depends on, over the target's pools (module
     docstring). `running`: SGLang's running `ScheduleBatch`, None before the first admission."""
@@ -108,9 +132,9 @@ class Scheduler:
         for prompt in prompts:
             req = Req(rid=str(self.next_rid), origin_input_text="", origin_input_ids=array("q", prompt),
                       sampling_params=SamplingParams(temperature=0, max_new_tokens=MAX_NEW_TOKENS))
-            req.full_untruncated_fill_ids = req.origin_input_ids  # what the scheduler's admission sets
-            req.logprob_start_len = -1
-            req.extend_end = len(req.origin_input_ids)
+            req.init_next_round_input(self.tree_cache)  # the scheduler's admission: fill ids, prefix match
+            req.logprob_start_len = -1  # no logprobs asked
+            _admit_whole(req)
             self.next_rid += 1
             reqs.append(req)
         return reqs
@@ -118,7 +142,8 @@ class Scheduler:
     def forward_batch(self, batch) -> Any:
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
-        return ForwardBatch.init_new(batch, self.model_runner, return_hidden_states_before_norm=False)
+        with kernels():  # up to 0.5.1x an extend batch's positions come from a Triton kernel
+            return ForwardBatch.init_new(batch, self.model_runner, return_hidden_states_before_norm=False)
 
     def extend_batch(self, prompts) -> Any:
         """SGLang's extend batch of new requests for `prompts`, prepared (slots and pool rows allocated)."""
@@ -131,7 +156,8 @@ class Scheduler:
             token_to_kv_pool_allocator=pools.allocator, tree_cache=self.tree_cache,
             model_config=self.model_runner.model_config, enable_overlap=False,
             spec_algorithm=SpeculativeAlgorithm.NONE)
-        batch.prepare_for_extend()
+        with kernels():  # up to 0.5.1x the allocation writes req_to_token with a Triton kernel
+            batch.prepare_for_extend()
         if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
             batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # what the model worker does
             batch.prefill_input_ids_cpu = None
@@ -150,8 +176,6 @@ class Scheduler:
             pools.restore(before)
         logits = target.run_eager(self.forward_batch(batch), target.eager_attn_backend).next_token_logits
         if reference is not None:
-            from harness.targets.decode.real_model import eager_matches_reference
-
             eager_matches_reference(logits, reference, f"the prefill of {[len(p) for p in prompts]}-token prompts")
         self._advance(batch, logits.argmax(-1))
         reqs = list(batch.reqs)
@@ -183,14 +207,15 @@ class Scheduler:
         reqs = [self.running.reqs[position] for position in positions]
         for req in reqs:
             req.finished_reason = FINISH_LENGTH(length=len(req.output_ids))
-            release_kv_cache(req, self.tree_cache, checkpoint=False)
+            release_kv_cache(req, self.tree_cache, **_release_without_insert())
         self.running.filter_batch()
         return reqs
 
     def prepare_decode(self) -> ScheduledBatch:
         """`prepare_for_decode` on the running batch, and the view the checks read."""
         batch = self.running
-        batch.prepare_for_decode()
+        with kernels():
+            batch.prepare_for_decode()
         fb = self.forward_batch(batch)
         rows, lens = fb.req_pool_indices.tolist(), fb.seq_lens.tolist()
         req_to_token = self.pools.req_to_token_pool.req_to_token
@@ -242,7 +267,8 @@ class Alone:
         batch = scheduler.running
         batch.reqs[0].output_ids[:] = req.output_ids
         batch.input_ids = torch.tensor(req.output_ids[-1:], dtype=torch.int64, device=batch.device)
-        batch.prepare_for_decode()
+        with kernels():
+            batch.prepare_for_decode()
         return self.target.run_eager(scheduler.forward_batch(batch), backend).next_token_logits[0]
 
 
@@ -267,7 +293,6 @@ def run_program(target, program, note: Callable[[str, Any], None] | None = None)
     """Play `program` on `target` (see the module docstring); returns the decode steps as (verdict, batch size):
     "replayed" or "eager" (a batch the case says no graph holds)."""
     from harness.oracles.batch_invariance import check_requests_alone
-    from harness.targets.decode.real_model import check_replay
 
     scheduler, steps, alone = Scheduler(target), [], Alone(target)
     for index, step in enumerate(program):

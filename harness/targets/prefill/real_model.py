@@ -60,7 +60,18 @@ def load_layout():
 
 
 def backend_refusal(backend: str) -> str | None:
-    return BACKEND_REFUSALS.get(backend)
+    """Why SGLang's path for `backend` cannot serve a real model here (None: it can)."""
+    if backend in BACKEND_REFUSALS:
+        return BACKEND_REFUSALS[backend]
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    from harness.versions import sglang_version
+
+    if backend == "breakable" and not hasattr(RadixAttention, "_eager_attention"):
+        return (f"SGLang {sglang_version()}: RadixAttention has no `_eager_attention` (0.5.2x): a breakable graph "
+                "routes its attention through the `sglang::unified_attention_with_output` op, which registers no "
+                "CPU kernel")
+    return None
 
 
 class RealModelPrefillTarget(v0_5_14.Target):

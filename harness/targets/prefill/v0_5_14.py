@@ -122,6 +122,13 @@ def make_kv_index_translator(kv: KvCache):
 
 
 
+def parallel_view() -> SimpleNamespace:
+    """Up to 0.5.19 the runner's own parallel view (`ModelRunner.ps`): one rank of one."""
+    return SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, dp_rank=None, dp_size=1, attn_dp_size=1,
+                           moe_dp_size=1, moe_ep_rank=0, moe_ep_size=1, attn_cp_size=1, attn_dcp_rank=0,
+                           attn_dcp_size=1)
+
+
 def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: PrefillCase):
     """A `ModelRunner` (SGLang's class, so its `_forward_raw` dispatch and helpers are the real ones) with its
     constructor skipped: the attributes the 0.5.23 prefill runner, eager runner and dispatch read."""
@@ -153,10 +160,7 @@ def make_model_runner(model, attn_backend, kv: KvCache, server_args, case: Prefi
         max_running_requests=case.max_requests, max_total_num_tokens=kv.num_slots,
         decode_cuda_graph_runner=None, prefill_cuda_graph_runner=None, _kernel_warmed_up=False,
         layer_info=SimpleNamespace(start_layer=0, end_layer=NUM_LAYERS), capture_head_hooks=[],
-        # up to 0.5.19 the runner's own parallel view (`ModelRunner.ps`); one rank of one
-        ps=SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, dp_rank=None, dp_size=1, attn_dp_size=1,
-                           moe_dp_size=1, moe_ep_rank=0, moe_ep_size=1, attn_cp_size=1, attn_dcp_rank=0,
-                           attn_dcp_size=1),
+        ps=parallel_view(),
         capture_tail_hooks=[],
     )
     from sglang.srt.distributed import parallel_state
