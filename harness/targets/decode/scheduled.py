@@ -177,7 +177,7 @@ class Scheduler:
         logits = target.run_eager(self.forward_batch(batch), target.eager_attn_backend).next_token_logits
         if reference is not None:
             eager_matches_reference(logits, reference, f"the prefill of {[len(p) for p in prompts]}-token prompts")
-        self._advance(batch, logits.argmax(-1))
+        self.advance(batch, logits.argmax(-1))
         reqs = list(batch.reqs)
         if self.running is None:
             self.running = batch
@@ -191,7 +191,7 @@ class Scheduler:
         next decode step)."""
         return list(req.origin_input_ids) + list(req.output_ids)
 
-    def _advance(self, batch, next_ids: torch.Tensor) -> None:
+    def advance(self, batch, next_ids: torch.Tensor) -> None:
         """What the scheduler does with a forward's greedy tokens: each request's output grows by its token, and
         the token is the batch's next input (the non-overlap path)."""
         for req, token in zip(batch.reqs, next_ids.tolist()):
@@ -318,7 +318,7 @@ def run_program(target, program, note: Callable[[str, Any], None] | None = None)
             histories = [scheduler.history(req) for req in reqs]
             check_requests_alone(logits, histories, [alone.step(req) for req in reqs], where,
                                  lambda i, b=batch: held_against_history(b, i, histories[i]))
-            scheduler._advance(scheduler.running, logits[:batch.batch_size].argmax(-1))
+            scheduler.advance(scheduler.running, logits[:batch.batch_size].argmax(-1))
         else:
             raise TypeError(f"unknown program step {step!r}")
     if note is not None:
