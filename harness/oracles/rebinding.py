@@ -312,40 +312,62 @@ class _SummaryCache:
             pass
 
 
+@dataclasses.dataclass
+class _Package:
+    """The scanned package: its module files and texts, and the summary cache (`_SummaryCache`)."""
+
+    root: Path
+    files: dict
+    texts: dict
+    cache: _SummaryCache
+
+    def is_module(self, name: str) -> bool:
+        if name in self.files:
+            return True
+        if name.split(".")[0] == self.root.name:
+            return False  # inside the package: only real files are modules
+        return name in _EXTERNAL_MODULES
+
+    def summary(self, name: str) -> dict | None:
+        path, is_package = self.files[name]
+        return self.cache.get(self.texts[name], name, path, is_package)
+
+    def site(self, name: str, line: int, scope: str) -> Site:
+        return Site(name, str(self.files[name][0]), line, scope)
+
+
 def scan(root: str | os.PathLike | None = None, *, benign: dict | None = None) -> Findings:
-    """Scan the package directory `root` (default: the installed sglang) for by-value imports of rebound names."""
+    """Scan the package directory `root` (default: the installed sglang) for by-value imports of rebound names, in
+    three phases: where a module rebinds another's attribute, which modules import such a name by value (and which
+    re-export it), and which of those imports read the name after the rebinding could have happened."""
     if root is None:
         import importlib.util
 
         spec = importlib.util.find_spec("sglang")
         root = Path(next(iter(spec.submodule_search_locations)))
     root = Path(root).resolve()
-    benign = BENIGN if benign is None else benign
     files = _files(root)
-    texts = {name: path.read_text(encoding="utf-8", errors="replace") for name, (path, _) in files.items()}
+    package = _Package(root, files, {name: path.read_text(encoding="utf-8", errors="replace")
+                                     for name, (path, _) in files.items()}, _SummaryCache.load())
+    rebound = _rebinding_sites(package)
+    value_imports, reexport = _value_imports(package, rebound)
+    package.cache.save()
+    findings, harmless = _match(package, rebound, value_imports, reexport, BENIGN if benign is None else benign)
+    rebindings = [(m, n, s) for (m, n), sites in sorted(rebound.items()) for s in sites]
+    order = lambda f: (f.key, f.rebinding.line, f.by_value_import.line)  # noqa: E731
+    return Findings(sorted(findings, key=order), sorted(harmless, key=order), len(rebindings), rebindings)
 
-    def is_module(name: str) -> bool:
-        if name in files:
-            return True
-        if name.split(".")[0] == root.name:
-            return False  # inside the package: only real files are modules
-        return name in _EXTERNAL_MODULES
 
-    cache = _SummaryCache.load()
-
-    def summary(name: str) -> dict | None:
-        path, is_package = files[name]
-        return cache.get(texts[name], name, path, is_package)
-
-    # Rebinding sites: summarise only files where a line assigns to (or setattr's) an attribute of a name the file
-    # imports.
+def _rebinding_sites(package: _Package) -> dict[tuple[str, str], list[Site]]:
+    """(module, attribute) -> where another module assigns (or setattr's) it. Only files where a line assigns to
+    an attribute of a name the file imports are summarised."""
     rebound: dict[tuple[str, str], list[Site]] = {}
-    for name, text in texts.items():
+    for name, text in package.texts.items():
         roots = {m.group(1) for m in _ASSIGN_ROOT.finditer(text)} | {m.group(1) for m in _SETATTR_ROOT.finditer(text)}
         roots -= {"self", "cls"}
         if not roots or not roots & _imported_words(text):
             continue
-        info = summary(name)
+        info = package.summary(name)
         if info is None:
             continue
         aliases = info["aliases"]
@@ -357,27 +379,36 @@ def scan(root: str | os.PathLike | None = None, *, benign: dict | None = None) -
             if base is None:
                 continue
             target_module = f"{base}.{rest}" if rest else base
-            if target_module == name or not is_module(target_module):
+            if target_module == name or not package.is_module(target_module):
                 continue
-            rebound.setdefault((target_module, attr), []).append(Site(name, str(files[name][0]), line, scope))
+            rebound.setdefault((target_module, attr), []).append(package.site(name, line, scope))
+    return rebound
 
-    # By-value imports of rebound names (and package re-exports of them), in files that import one.
+
+def _value_imports(package: _Package, rebound: dict) -> tuple[dict[str, list], dict]:
+    """The `from ... import` lines of every file that mentions a rebound name in an import, and the module-level
+    ones as re-exports ((module, alias) -> (source, name))."""
     names = "|".join(sorted({re.escape(name) for _, name in rebound}))
     mentions = re.compile(rf"\bimport\b[^\n]*\b({names})\b|\bimport\s*\([^)]*\b({names})\b") if names else None
     value_imports: dict[str, list] = {}
     reexport: dict[tuple[str, str], tuple[str, str]] = {}
-    for name, text in texts.items():
+    for name, text in package.texts.items():
         if mentions is None or not mentions.search(text):
             continue
-        info = summary(name)
+        info = package.summary(name)
         if info is None:
             continue
         value_imports[name] = info["froms"]
         for source, imported, alias, _, scope in info["froms"]:
             if scope == "module level":
                 reexport[(name, alias)] = (source, imported)
-    cache.save()
+    return value_imports, reexport
 
+
+def _match(package: _Package, rebound: dict, value_imports: dict, reexport: dict,
+           benign: dict) -> tuple[list[Finding], list[Finding]]:
+    """Each by-value import (followed through re-exports) of a name some other module rebinds, whose alias the
+    importing module reads: a finding, or harmless with the reason `benign` gives."""
     def origin(source: str, name: str) -> tuple[str, str]:
         seen = set()
         while (source, name) in reexport and (source, name) not in seen:
@@ -387,22 +418,19 @@ def scan(root: str | os.PathLike | None = None, *, benign: dict | None = None) -
 
     findings, harmless = [], []
     for name, values in value_imports.items():
-        loads = summary(name)["loads"]
+        loads = package.summary(name)["loads"]
         for source, imported, alias, line, scope in values:
             for key in {(source, imported), origin(source, imported)}:
                 for site in rebound.get(key, []):
                     if site.module == name or alias not in loads:
                         continue
-                    finding = Finding(key[0], key[1], site, Site(name, str(files[name][0]), line, scope), alias,
-                                      loads[alias])
+                    finding = Finding(key[0], key[1], site, package.site(name, line, scope), alias, loads[alias])
                     reason = _benign_reason(finding, benign)
                     if reason:
                         harmless.append(dataclasses.replace(finding, benign_reason=reason))
                     else:
                         findings.append(finding)
-    rebindings = [(m, n, s) for (m, n), sites in sorted(rebound.items()) for s in sites]
-    order = lambda f: (f.key, f.rebinding.line, f.by_value_import.line)  # noqa: E731
-    return Findings(sorted(findings, key=order), sorted(harmless, key=order), len(rebindings), rebindings)
+    return findings, harmless
 
 
 def _benign_reason(finding: Finding, benign: dict) -> str | None:
