@@ -37,7 +37,7 @@ import pytest
 from harness.devices import get_device
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
-from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, family_missing, load
+from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, load
 
 pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this process: seconds a test
 
@@ -45,21 +45,6 @@ pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this proc
 CASE = DecodeCase(capture_bs=(2,), max_running_requests=8)
 REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[8, 3], seq_lens=[9, 4], req_pool_indices=[4, 2]),
                         seed=7)]]
-
-
-# the dense family in every self-test run; the MLA and mRoPE VLM families (the same backend, MLA's latent pool and
-# kernel tiling, the VLM's mRoPE positions) are slow: each builds and captures its own model
-FAMILIES = ["dense", pytest.param("mla", marks=pytest.mark.slow), pytest.param("vlm", marks=pytest.mark.slow)]
-
-
-@pytest.fixture(params=FAMILIES)
-def family(request):
-    load()
-    reason = family_missing(request.param)
-    if reason:
-        pytest.skip(reason)
-    with get_device("cpu").install("cuda"):
-        yield request.param
 
 
 def run_case(family: str) -> None:

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.devices import get_device
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeCase
-from harness.targets.decode.real_model import RealModelTarget, family_missing, load
+from harness.targets.decode.real_model import RealModelTarget
 from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 
 pytestmark = pytest.mark.slow  # builds and captures a real model in this process: seconds a test
@@ -27,17 +26,6 @@ CASE = DecodeCase(capture_bs=(1, 3), max_running_requests=8)
 # three requests decode on the graph of 3; the middle one leaves; the two left decode padded to 3; two join
 PROGRAM = [Admit(((5, 17, 3, 99, 40), (7, 8, 9, 10, 11, 12, 13, 14, 15), (3, 4, 5))), Decode(), Finish((1,)),
            Decode(), Admit(((9, 90, 9, 9),)), Decode()]
-FAMILIES = ["dense", pytest.param("mla", marks=pytest.mark.slow), pytest.param("vlm", marks=pytest.mark.slow)]
-
-
-@pytest.fixture(params=FAMILIES)
-def family(request):
-    load()
-    reason = family_missing(request.param)
-    if reason:
-        pytest.skip(reason)
-    with get_device("cpu").install("cuda"):
-        yield request.param
 
 
 def run(family: str) -> list:
@@ -48,43 +36,44 @@ def test_clean_sglang_passes_a_scheduled_program(family):
     assert run(family) == [("replayed", 3), ("replayed", 2), ("replayed", 3)]
 
 
-def test_filter_keeping_the_first_input_ids_fails_batch_invariance(family, monkeypatch):
+def fails_batch_invariance(family: str, monkeypatch, method: str, mutant) -> str:
+    """The program run with `ScheduleBatch.<method>` replaced by `mutant(real)`: a batch-invariance failure's
+    diagnosis."""
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 
-    real = ScheduleBatch.filter_batch
-
-    def keeps_the_first(self, *args, **kwargs):
-        ids = self.input_ids
-        real(self, *args, **kwargs)
-        if ids is not None and self.reqs:
-            self.input_ids = ids[:len(self.reqs)]
-
-    monkeypatch.setattr(ScheduleBatch, "filter_batch", keeps_the_first)
+    monkeypatch.setattr(ScheduleBatch, method, mutant(getattr(ScheduleBatch, method)))
     with pytest.raises(OracleFailure) as failure:
         run(family)
     assert failure.value.oracle == "batch-invariance"
-    diagnosis = failure.value.diagnosis
+    assert "gets logits that it does not get alone" in failure.value.diagnosis
+    return failure.value.diagnosis
+
+
+def test_filter_keeping_the_first_input_ids_fails_batch_invariance(family, monkeypatch):
+    def keeps_the_first(real):
+        def filter_batch(self, *args, **kwargs):
+            ids = self.input_ids
+            real(self, *args, **kwargs)
+            if ids is not None and self.reqs:
+                self.input_ids = ids[:len(self.reqs)]
+        return filter_batch
+
+    diagnosis = fails_batch_invariance(family, monkeypatch, "filter_batch", keeps_the_first)
     assert "scheduled decode step 3 (batch of 2" in diagnosis
     assert "request 1 (history of 5 tokens" in diagnosis
-    assert "gets logits that it does not get alone" in diagnosis
     assert "input id" in diagnosis and "where its history implies" in diagnosis
 
 
 def test_merge_putting_the_new_lengths_first_fails_batch_invariance(family, monkeypatch):
     import torch
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
 
-    real = ScheduleBatch.merge_batch
+    def new_lengths_first(real):
+        def merge_batch(self, other):
+            mine, theirs = self.seq_lens, other.seq_lens
+            real(self, other)
+            self.seq_lens = torch.cat([theirs, mine])
+        return merge_batch
 
-    def new_lengths_first(self, other):
-        mine, theirs = self.seq_lens, other.seq_lens
-        real(self, other)
-        self.seq_lens = torch.cat([theirs, mine])
-
-    monkeypatch.setattr(ScheduleBatch, "merge_batch", new_lengths_first)
-    with pytest.raises(OracleFailure) as failure:
-        run(family)
-    assert failure.value.oracle == "batch-invariance"
-    diagnosis = failure.value.diagnosis
+    diagnosis = fails_batch_invariance(family, monkeypatch, "merge_batch", new_lengths_first)
     assert "scheduled decode step 5 (batch of 3" in diagnosis
     assert "seq_len" in diagnosis and "where its history implies" in diagnosis

@@ -49,6 +49,12 @@ class Pools:
             req_to_token=self.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=self.allocator,
             token_to_kv_pool=self.token_to_kv_pool, page_size=1, device=device)
 
+    def bind(self, model_runner: Any) -> None:
+        """Give a model runner (double) these pools, under the names SGLang's `ModelRunner` keeps them by."""
+        for name, value in (("req_to_token_pool", self.req_to_token_pool), ("token_to_kv_pool", self.token_to_kv_pool),
+                            ("token_to_kv_pool_allocator", self.allocator), ("kv_index_translator", self.translator)):
+            setattr(model_runner, name, value)
+
     def buffers(self) -> list[tuple[str, torch.Tensor]]:
         pool = self.token_to_kv_pool
         if self.mla:

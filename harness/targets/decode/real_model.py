@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 from typing import Any
 
@@ -107,11 +108,17 @@ def real_model(family: str) -> RealModel:
     return _MODELS[family]
 
 
-def kernels() -> contextlib.AbstractContextManager:
-    """Triton's CPU interpreter for the kernels of `TRITON_MODULES` (those the installed release has)."""
+@functools.cache
+def _triton_modules() -> tuple:
+    """The `TRITON_MODULES` the installed release has, imported (asked once: `kernels` wraps every replay)."""
     from harness.versions import module_exists
 
-    return interpret_kernels(importlib.import_module(name) for name in TRITON_MODULES if module_exists(name))
+    return tuple(importlib.import_module(name) for name in TRITON_MODULES if module_exists(name))
+
+
+def kernels() -> contextlib.AbstractContextManager:
+    """Triton's CPU interpreter for the kernels of `TRITON_MODULES` (those the installed release has)."""
+    return interpret_kernels(_triton_modules())
 
 
 @dataclasses.dataclass
@@ -173,10 +180,8 @@ class RealModelTarget(v0_5_14.Target):
         runner = make_model_runner(self.real.model, None, device=device,
                                    max_running_requests=case.max_running_requests, server_args=self.server_args,
                                    lora_manager=None, spec=case.spec, architecture=self.real.family.architecture)
-        pools = self.pools
         runner.model_config = self.real.model_config
-        runner.req_to_token_pool, runner.token_to_kv_pool = pools.req_to_token_pool, pools.token_to_kv_pool
-        runner.token_to_kv_pool_allocator, runner.kv_index_translator = pools.allocator, pools.translator
+        self.pools.bind(runner)
         runner.sliding_window_size, runner.page_size, runner.kv_cache_dtype = None, 1, torch.float32
         runner.prefill_attention_backend_str = "triton"  # ModelRunner's, resolved from --attention-backend triton;
         # ForwardBatch.init_new reads it for a scheduler-built extend batch's positions (`decode/scheduled.py`)

@@ -249,8 +249,7 @@ class Alone:
         for req in reqs:
             pools = Pools(target.real.model_config, 1, target.pools.tokens, target.device)
             runner = copy.copy(target.model_runner)
-            runner.req_to_token_pool, runner.token_to_kv_pool = pools.req_to_token_pool, pools.token_to_kv_pool
-            runner.token_to_kv_pool_allocator, runner.kv_index_translator = pools.allocator, pools.translator
+            pools.bind(runner)
             scheduler = Scheduler(target, pools, runner)
             scheduler.running = batch = scheduler.extend_batch([tuple(req.origin_input_ids)])
             prefill = (TritonAttnBackend if pools.mla else TorchNativeAttnBackend)(runner)
@@ -309,7 +308,7 @@ def run_program(target, program, note: Callable[[str, Any], None] | None = None)
                 steps.append(("replayed", batch.batch_size))
             else:
                 if target.can_replay(batch):
-                    raise OracleFailure("eager-equality", f"{where}: the runner offers a graph for a batch of "
+                    raise OracleFailure("admission", f"{where}: the runner offers a graph for a batch of "
                                         f"{batch.batch_size} having captured {target.capture_bs} (padding on: "
                                         "none holds it)", batch=batch)
                 logits = target.eager(batch).next_token_logits

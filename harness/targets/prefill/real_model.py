@@ -99,10 +99,9 @@ class RealModelPrefillTarget(v0_5_14.Target):
         runner = v0_5_14.make_model_runner(self.model, SimpleNamespace(req_to_token_pool=pools.req_to_token_pool),
                                            self.kv, self.server_args, case)
         layers = [m for m in self.model.modules() if isinstance(m, RadixAttention)]
+        pools.bind(runner)
         for name, value in dict(
-                model_config=self.real.model_config, req_to_token_pool=pools.req_to_token_pool,
-                token_to_kv_pool=pools.token_to_kv_pool, token_to_kv_pool_allocator=pools.allocator,
-                kv_index_translator=pools.translator, page_size=1, sliding_window_size=None,
+                model_config=self.real.model_config, page_size=1, sliding_window_size=None,
                 prefill_attention_backend_str="triton", attention_layers=layers,
                 mha_companion_layers=[None] * len(layers), moe_layers=[None] * len(layers),
                 moe_fusions=[None] * len(layers),
