@@ -8,6 +8,10 @@
   edge and beyond), totals up to the largest tier; now and then a TARGET_VERIFY batch without a layout (compact
   mode must run it eagerly). No IDLE batch: SGLang pads it to the smallest captured size, not to the slots its
   tier's graph was captured with, which only a re-run compiled forward (the virtual device's compile mode) sees.
+- `ragged_layout_requests()`, `ragged_layout_fields()`: what a worker hands SGLang's layout builders and the
+  layout's own fields, well formed or malformed in one way the contract names (no request,
+  a zero row, a row past its cap, totals that disagree, past the last tier, an empty grid);
+  `capture_verify_shapes()`: a capture's tokens, slots and draft width.
 - `draft_cases()`, `draft_batches(case, capture_bs)`: a DFLASH draft worker's case and verify batches, with drawn
   per-token embeddings.
 """
@@ -18,6 +22,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from harness.models.decode_model import HIDDEN
+from harness.oracles.ragged_layout import LayoutRequest
 from harness.targets.decode import DecodeBatch, SpecSettings
 from harness.targets.decode.draft import DraftBatch
 from harness.targets.decode.ragged import RaggedBatch, round_up
@@ -87,3 +92,54 @@ def draft_batch(draw, case, size: int) -> DraftBatch:
                            min_size=len(batch.input_ids), max_size=len(batch.input_ids)))
     return DraftBatch(**{**{f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)},
                          "draft_visibility": None, "input_embeds": embeds})
+
+
+@st.composite
+def ragged_layout_requests(draw) -> LayoutRequest:
+    grid = sorted(draw(st.sets(st.integers(1, 24), min_size=1, max_size=4)))
+    lens = draw(st.lists(st.integers(1, 4), min_size=1, max_size=6).filter(lambda v: sum(v) <= grid[-1]))
+    floor = draw(st.integers(0, grid[-1]))
+    flaw = draw(st.sampled_from([None, "empty", "zero row", "past last tier", "no grid"]))
+    if flaw == "empty":
+        lens = []
+    elif flaw == "zero row":
+        lens = [*lens, 0]
+    elif flaw == "past last tier":
+        lens = [*lens, grid[-1]]
+    elif flaw == "no grid":
+        grid = []
+    return LayoutRequest(verify_lens=lens, grid=grid, floor=floor)
+
+
+@st.composite
+def ragged_layout_fields(draw) -> dict:
+    lens = draw(st.lists(st.integers(1, 5), min_size=1, max_size=5))
+    cap = draw(st.one_of(st.none(), st.integers(max(lens), 6)))
+    total, tier = sum(lens), sum(lens) + draw(st.integers(0, 3))
+    flaw = draw(st.sampled_from([None, "empty", "zero row", "past cap", "total off", "past tier"]))
+    if flaw == "empty":
+        lens, total = [], 0
+    elif flaw == "zero row":
+        lens = [*lens, 0]
+    elif flaw == "past cap":
+        cap = max(lens) - 1 or None
+    elif flaw == "total off":
+        total += draw(st.sampled_from([-1, 1]))
+    elif flaw == "past tier":
+        tier = total - 1
+    return dict(verify_lens_cpu=lens, total_verify_tokens=total, graph_num_tokens=tier, cap=cap)
+
+
+@st.composite
+def capture_verify_shapes(draw) -> tuple[int, int, int]:
+    """(num_tokens, num_slots, num_draft_tokens) for a capture's placeholder rows: packable, or
+    one token short of the slots, one past what they hold, or no slot."""
+    slots, draft = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    flaw = draw(st.sampled_from([None, "short", "over", "no slot"]))
+    if flaw == "short":
+        return slots - 1, slots, draft
+    if flaw == "over":
+        return slots * draft + 1, slots, draft
+    if flaw == "no slot":
+        return draw(st.integers(0, 4)), 0, draft
+    return draw(st.integers(slots, slots * draft)), slots, draft

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example as hypothesis_example, given, strategies as st
 
 from harness.oracles import OracleFailure
 from harness.oracles.rebinding import assert_no_by_value_imports_of_rebound_names
@@ -16,10 +16,14 @@ from harness.record import example
 from harness.targets import decode
 from harness.versions import sglang_version
 from harness.targets.decode import overlap
+from harness.oracles.ragged_layout import LayoutRequest
 from strategies.capture import decode_cases
 from harness.targets.decode.dllm import ALGORITHMS as DLLM_ALGORITHMS
 from strategies.dllm import INPUTS as DLLM_INPUTS
-from strategies.ragged import draft_batches, draft_cases, ragged_batches, ragged_cases
+from strategies.ragged import (
+    capture_verify_shapes, draft_batches, draft_cases, ragged_batches, ragged_cases, ragged_layout_fields,
+    ragged_layout_requests,
+)
 from suites.decode_common import (
     PLANNED_AHEAD_THEN_STALE_MARK, capture_and_check, drawn_batches, drawn_kinds, mrope_case,
     npu_dflash_preplanned_verify, run_dllm, run_switched, skip_without_dllm, skip_without_draft,
@@ -203,6 +207,34 @@ def test_ragged_verify_fills_a_tiers_slots(backend_graphs, device, personality, 
         skip_without_ragged(layout, personality)
         capture_and_check(case, lambda capture_bs: batches, device, personality,
                           ragged_layout(layout, backend_graphs=backend_graphs), ex)
+
+
+@suite_settings(gate_examples=30)  # no capture: milliseconds an example
+@hypothesis_example(  # past the last tier, a layout past its graph's tokens, a capture past what its slots hold
+    request=LayoutRequest(verify_lens=[3, 2], grid=[2, 4]), capture=(9, 2, 4), seq_lens=[5, 0, 7, 1], mode="eager",
+    struct=dict(verify_lens_cpu=[2, 2], total_verify_tokens=4, graph_num_tokens=3, cap=None))
+@given(request=ragged_layout_requests(), struct=ragged_layout_fields(), capture=capture_verify_shapes(),
+       seq_lens=st.lists(st.integers(0, 40), min_size=4, max_size=4),
+       mode=st.sampled_from(["compacted", "Compact", "dynamic", "static "]))
+def test_ragged_layouts_are_the_requests_arithmetic(request, struct, capture, seq_lens, mode, layout):
+    """SGLang's ragged verify layout builders on drawn requests, malformed ones among them: the tier and prefix
+    sums of `from_verify_lens`, the layout's own validation, a capture's placeholder rows, the attention geometry a
+    ragged backend reads, an unknown mode refused (`harness/oracles/ragged_layout.py`)."""
+    from harness.oracles import ragged_layout as check
+    from harness.targets.decode.ragged import ragged_missing
+
+    with example("decode_ragged_layout", request=dataclasses.asdict(request), struct=struct, capture=capture,
+                 seq_lens=seq_lens, mode=mode) as ex:
+        missing = ragged_missing(layout)
+        if missing:
+            pytest.skip(missing)
+        ex.note("from_verify_lens", check.check_from_verify_lens(request))
+        ex.note("struct", check.check_struct_validation(struct))
+        ex.note("capture_lens", check.check_capture_lens(*capture))
+        if request.refusal() is None:
+            lens = request.verify_lens[:4]
+            ex.note("geometry", check.check_geometry(lens, seq_lens[:len(lens)], request.grid))
+        ex.note("mode", check.check_unknown_mode(mode))
 
 
 @pytest.mark.parametrize("conflict", ["lora", "disable_padding"])

@@ -12,19 +12,23 @@ import dataclasses
 import pytest
 from hypothesis import given, strategies as st
 
+from harness.counter import counter
+from harness.devices import cpu
 from harness.oracles.capture_profile import check_capture_profile
+from harness.oracles.graph_replay import check_dropped
 from harness.oracles.metadata_glue import GlueGraphs, check_glue_declined, check_glue_served
 from harness.oracles.prefilled_inputs import check_prefilled_skips
+from harness.oracles.process_state import check_at_rest
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets.decode.planned import KINDS
-from harness.targets.decode.switches import RunnerSwitches
-from strategies.capture import replay_batches
+from harness.targets.decode.switches import RunnerSwitches, elastic_drop
+from strategies.capture import decode_cases, replay_batches
 from strategies.ragged import draft_batches, draft_cases
 from strategies.switches import (
     dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, prefilled_batches, profile_cases,
 )
-from suites.decode_common import run_switched, skip_without_draft, skip_without_speculative
+from suites.decode_common import capture_and_check, run_switched, skip_without_draft, skip_without_speculative
 
 
 @suite_settings(gate_examples=3, shrink_in_gate=False)
@@ -137,3 +141,33 @@ def test_draft_glue_replays_match_eager(case, data, device, personality, layout)
         run_switched(case, lambda sizes: data.draw(glue_batches(case, graphs.routing(sizes)), label="batches"), device,
                      personality, draft_layout(layout), ex,
                      lambda target, batches, _: check_glue_served(target, batches), serve_graphs=graphs)
+
+
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(case=decode_cases(), data=st.data())
+def test_elastic_drop_then_recapture_replays_match_eager(case, data, device, personality, layout):
+    """Elastic EP's graph reset: SGLang's `drop_elastic_cuda_graph_state` cleans the runner's backend and releases
+    the shared graph pool, then a new capture (what `recapture_elastic_cuda_graph` builds). The drop releases
+    every graph the capture made (reset or out of reach, while the runner is still referenced) and the pool; the
+    recaptured runner replays the same batches equal to eager."""
+    with example("decode_switches", personality=personality, elastic="drop, recapture", **case.drawn()) as ex:
+        drop = elastic_drop()
+        if isinstance(drop, str):
+            pytest.skip(drop)
+        from sglang.srt.model_executor.runner_utils.pool import get_global_graph_memory_pool
+        drawn = []
+
+        def batches_for(sizes):
+            drawn[:] = drawn or data.draw(replay_batches(case, sizes), label="replay batches")
+            return drawn
+
+        first = capture_and_check(case, batches_for, device, personality, layout, ex)
+        captured, pool = {c.graph_id for c in cpu.CAPTURES}, get_global_graph_memory_pool()
+        mark = counter.mark()
+        drop(first)
+        check_dropped(captured, cpu.held_graphs(first.runner), counter.since(mark),
+                      context="drop_elastic_cuda_graph_state")
+        check_at_rest({"graph_memory_pool": (get_global_graph_memory_pool, None)},
+                      context="drop_elastic_cuda_graph_state")
+        capture_and_check(case, batches_for, device, personality, layout, ex)
+        ex.note("pools", "fresh" if get_global_graph_memory_pool() is not pool else "reused")

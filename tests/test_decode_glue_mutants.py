@@ -22,6 +22,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   glue: its static-verify or draft-worker check inverted, a glued prep re-installing without replay.
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
   requests.
+- Elastic EP's graph reset (`drop_elastic_cuda_graph_state`): the backend's cleanup skipped, the full backend's
+  cleanup keeping its graphs, the shared graph pool kept.
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ PREFILLED = f"{SWITCHES}::test_dspark_preplanned_verify_skips_prefilled_inputs"
 DECLINED = f"{SWITCHES}::test_dspark_verify_glue_declined_by_backend"
 DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
 NPU_MROPE = f"{NPU}::test_npu_mrope_planned_under_overlap_plan_stream"
+ELASTIC = f"{SWITCHES}::test_elastic_drop_then_recapture_replays_match_eager"
+SETUP = "srt/model_executor/model_runner_components/cuda_graph_setup.py"
 
 GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
                      "                backend.forward_metadata = metadata\n")]  # a glued prep without its replay
@@ -245,6 +249,23 @@ MUTANTS = {
                 "        # The plan-time load")],
         oracle="prefilled-inputs",
         texts=["pre-planned input re-copy skip(s), the replays imply 2"]),
+    "elastic_drop_skips_backend_cleanup": Mutant(
+        test=ELASTIC,
+        edits=[(SETUP, "        decode_runner.backend.cleanup()\n", "        pass\n")],
+        oracle="graph-replay",
+        texts=["dropping the runner's graphs left", "alive and captured", "drop_elastic_cuda_graph_state"]),
+    "full_backend_cleanup_keeps_graphs": Mutant(  # neither reset nor forgotten: held through the recapture
+        test=ELASTIC,
+        edits=[(FULL, "        for graph in self._graphs.values():\n            graph.reset()\n"
+                      "        self._graphs.clear()\n", "")],
+        oracle="graph-replay",
+        texts=["dropping the runner's graphs left", "alive and captured"]),
+    "elastic_drop_keeps_graph_pool": Mutant(
+        test=ELASTIC,
+        edits=[(SETUP, "        current_platform.synchronize()\n    set_global_graph_memory_pool(None)\n",
+                "        current_platform.synchronize()\n")],
+        oracle="process-state",
+        texts=["graph_memory_pool", "drop_elastic_cuda_graph_state"]),
 }
 
 

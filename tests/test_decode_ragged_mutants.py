@@ -9,6 +9,8 @@ input or contract; clean SGLang passes them (tests/test_decode_mutants.py runs t
   request slots than min(tier, max_bs) and batches with more requests are refused.
 - Configuration: the ValueError for LoRA, or for --disable-cuda-graph-padding, dropped: SGLang builds a compact
   runner whose graphs cannot pad the batch the way the case asks.
+- Layouts (`harness/oracles/ragged_layout.py`): a zero-length row accepted, the tier rounded past an exact fit,
+  a capture's longer placeholder rows put last, the attention geometry's KV prefix sums not shifted by one.
 - A draft worker's verify graphs (DFLASH): the replay no longer copies the batch's `input_embeds` into the static
   buffer, or the capture no longer hands the static embeddings to the forward. (Dropping the constructor's guard
   against an EAGLE draft runner is no regression: `get_spec_info` refuses it again at capture, same text.)
@@ -45,7 +47,33 @@ DRAFT_EMBEDS_NOT_PASSED = [(RUNNER, '                            kwargs["input_e
                                     "                                :num_tokens\n                            ]\n",
                             "                            pass\n")]
 
+LAYOUTS = f"{SUITE}::test_ragged_layouts_are_the_requests_arithmetic"
+RAGGED = "srt/speculative/ragged_verify.py"
+
 MUTANTS = {
+    "ragged_zero_row_accepted": Mutant(
+        test=LAYOUTS,
+        edits=[(RAGGED, "        if min(self.verify_lens_cpu) < 1:\n", "        if min(self.verify_lens_cpu) < 0:\n")],
+        oracle="ragged-layout",
+        texts=["a request verifying nothing", "must refuse it"]),
+    "ragged_tier_rounds_past_an_exact_fit": Mutant(
+        test=LAYOUTS,
+        edits=[(RAGGED, "    index = bisect.bisect_left(grid, total)\n",
+                "    index = min(bisect.bisect_right(grid, total), len(grid) - 1)\n")],
+        oracle="ragged-layout",
+        texts=["graph_num_tokens", "expected"]),
+    "ragged_capture_rows_longer_last": Mutant(
+        test=LAYOUTS,
+        edits=[(RAGGED, "    return [base + 1] * rem + [base] * (num_slots - rem)\n",
+                "    return [base] * (num_slots - rem) + [base + 1] * rem\n")],
+        oracle="ragged-layout",
+        texts=["capture verify lens", "expected"]),
+    "ragged_geometry_kv_prefix_unshifted": Mutant(
+        test=LAYOUTS,
+        edits=[(RAGGED, "        torch.cumsum(cache_seqlens_int32, dim=0, dtype=torch.int32), (1, 0)\n",
+                "        torch.cumsum(cache_seqlens_int32, dim=0, dtype=torch.int32), (0, 1)\n")],
+        oracle="ragged-layout",
+        texts=["attention geometry", "cu_seqlens_k"]),
     "ragged_stage_skips_qo_indptr": Mutant(
         test=REPLAY,
         edits=STAGE_SKIPS_QO_INDPTR,

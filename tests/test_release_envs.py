@@ -148,7 +148,7 @@ def test_decode_suite_drives_the_pre14_runner(version, personality, tmp_path):
     skipped = [r for r in records if r["verdict"] == "skip"]
     speculative = [r for r in skipped if r["suite"] != "decode_findings"]
     assert {r["suite"] for r in speculative} == {"decode_target_verify", "decode_planned", "decode_ragged_verify",
-                                                 "decode_ragged_refusal", "decode_draft_verify",
+                                                 "decode_ragged_refusal", "decode_ragged_layout", "decode_draft_verify",
                                                  "decode_draft_refusal", "decode_dllm", "decode_dllm_refusal",
                                                  "decode_mrope", "decode_overlap"}, skipped
     assert all(f"SGLang {version}" in r["diagnosis"] and "has no" in r["diagnosis"] for r in speculative), skipped

@@ -63,6 +63,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import linecache
 import sys
@@ -400,6 +401,24 @@ class VirtualGraph:
 
     def __repr__(self) -> str:
         return f"VirtualGraph(id={self.graph_id}, mode={self.mode}, ops={self.num_ops})"
+
+
+def held_graphs(owner: object) -> set[int]:
+    """Ids of the captured graphs (not `reset()`) that `owner` still reaches through its attributes and
+    containers: what a backend's cleanup must release (CUDA frees a graph's memory on reset or when the last
+    reference goes) while the runner itself stays referenced. Modules, classes and functions are not walked."""
+    seen, held, todo = set(), set(), [owner]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, types.FunctionType, torch.Tensor)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, VirtualGraph):
+            if obj._captured:
+                held.add(obj.graph_id)
+            continue
+        todo.extend(gc.get_referents(obj))
+    return held
 
 
 class graph:  # noqa: N801 - mirrors torch.cuda.graph

@@ -42,3 +42,21 @@ def check_eager_forward(delta: dict, *, context: str = "") -> None:
         raise OracleFailure(
             ORACLE, f"the eager path replayed {delta['replays']} graph(s) and created {delta['new_graphs']}"
                     + (f" ({context})" if context else ""), **delta)
+
+
+
+
+def check_dropped(captured: set[int], held: set[int], since: dict, *, context: str = "") -> None:
+    """SGLang dropped a runner's graphs (elastic EP's reset) while the runner is still referenced, as the model
+    runner holds it until the recapture replaces it: every graph its capture made (`captured`, the device's ids)
+    must be released, reset or out of the runner's reach (`held`: the captured graphs the runner still reaches),
+    and nothing captured or replayed meanwhile (`since`: the counter's growth over the drop)."""
+    where = f" ({context})" if context else ""
+    kept = sorted(captured & held)
+    if kept:
+        raise OracleFailure(
+            ORACLE, f"dropping the runner's graphs left {len(kept)} of the {len(captured)} graph(s) its capture made "
+                    f"alive and captured{where}: their memory stays held through the recapture", kept=kept,
+            captured=sorted(captured))
+    if since["num_graph_replays"] or since["num_graphs_captured"]:
+        raise OracleFailure(ORACLE, f"dropping the runner's graphs replayed or captured graphs{where}", **since)

@@ -267,78 +267,83 @@ class DecodeBatch:
 STATIC_CAPACITY = 128  # rows of the doubles' static buffers: fixed, so their shapes (Dynamo guards) never change
 
 
-def make_attention_backend_class():
-    """An attention backend double subclassing SGLang's `AttentionBackend`. Its metadata is what a real backend
-    plans out of the graph from the batch: the seq_lens, the sum it was handed against those seq_lens
-    (`sum_gap`, 0 when they agree), and from spec info the visible draft tokens of each row of the verify mask
-    (`decode_model.visible_draft_counts`).
+class DecodeAttention:
+    """An attention backend double (its methods; `make_attention_backend_class` puts SGLang's `AttentionBackend`
+    under it). Its metadata is what a real backend plans out of the graph from the batch: the seq_lens, the sum it
+    was handed against those seq_lens (`sum_gap`, 0 when they agree), and from spec info the visible draft tokens
+    of each row of the verify mask (`decode_model.visible_draft_counts`).
 
     Static buffers: at capture and replay the runner calls `init_forward_metadata_out_graph` with the padded
     static batch; the double writes into its buffers and publishes views of them, so the captured graph reads the
     buffers each replay refills. Eager batches get fresh tensors."""
+
+    def __init__(self, seq_len_fill_value: int = 1, device: str = "cpu") -> None:
+        self.seq_len_fill_value = seq_len_fill_value
+        self.device = device
+        self.graph: SimpleNamespace | None = None
+        self.forward_metadata = None
+        self.metadata_inits = 0
+        self.shared_table: torch.Tensor | None = None  # a scheduler-shared table it reads (overlap.py)
+        self.shared_reads: str | None = None  # where those reads end (SharedReadEnds name)
+
+    def shared_read_ends(self, fm):
+        from sglang.srt.layers.attention.base_attn_backend import SharedReadEnds
+
+        return super().shared_read_ends(fm) if self.shared_reads is None else SharedReadEnds[self.shared_reads]
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        rows = max(max_bs, max_num_tokens, STATIC_CAPACITY)
+        if self.graph is None or self.graph.seq_lens.shape[0] < rows:
+            self.graph = SimpleNamespace(
+                seq_lens=torch.full((rows,), self.seq_len_fill_value, dtype=torch.int64, device=self.device),
+                visible_drafts=torch.zeros((rows,), dtype=torch.int64, device=self.device),
+                sum_gap=torch.zeros((), dtype=torch.int64, device=self.device))
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return self.seq_len_fill_value
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+        self.metadata_inits += 1
+        seq_lens = forward_batch.seq_lens
+        bs = seq_lens.shape[0]
+        rows = forward_batch.input_ids.shape[0] if getattr(forward_batch, "input_ids", None) is not None \
+            else bs
+        spec_info = getattr(forward_batch, "spec_info", None)
+        width = getattr(spec_info, "draft_token_num", None) or 1
+        visible = visible_draft_counts(seq_lens.tolist(), getattr(spec_info, "custom_mask", None), width,
+                                       max(rows, bs * width))
+        total = getattr(forward_batch, "seq_lens_sum", None)
+        gap = torch.tensor(0 if total is None else total - int(seq_lens.sum()), dtype=torch.int64)
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+        static = self.graph is not None and (in_capture or not isinstance(
+            forward_batch, ForwardBatch)) and visible.shape[0] <= self.graph.seq_lens.shape[0]
+        if self.shared_table is not None:  # out-of-graph prep reads the shared rows of the batch
+            self.shared_table[forward_batch.req_pool_indices.to(torch.int64)].sum()
+        if static:
+            self.graph.seq_lens[:bs].copy_(seq_lens)
+            self.graph.visible_drafts[: visible.shape[0]].copy_(visible)
+            self.graph.sum_gap.copy_(gap)
+            self.forward_metadata = SimpleNamespace(seq_lens=self.graph.seq_lens[:bs],
+                                                    visible_drafts=self.graph.visible_drafts,
+                                                    sum_gap=self.graph.sum_gap)
+            if self.shared_table is not None and self.shared_reads != "PRE_REPLAY":
+                self.forward_metadata.shared_table = self.shared_table  # the graph reads it too
+            if type(spec_info).__name__ == "DFlashVerifyInput":  # the KV lengths with the draft block, per
+                # row of the static batch (padded rows: the fill value), which SGLang's NPU runner hands to
+                # the graph update as they are (a DFlash backend's `seq_lens_cpu_list`)
+                self.forward_metadata.seq_lens_cpu_list = (seq_lens + width).tolist()
+        else:
+            self.forward_metadata = SimpleNamespace(seq_lens=seq_lens.clone(), visible_drafts=visible.to(
+                self.device), sum_gap=gap.to(self.device))
+
+
+def make_attention_backend_class():
+    """The double as an `AttentionBackend` subclass, made on demand: SGLang is imported late (not at the
+    harness's import), and its base class's defaults apply where the double defines nothing."""
     from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
-    class DecodeAttentionDouble(AttentionBackend):
-        def __init__(self, seq_len_fill_value: int = 1, device: str = "cpu") -> None:
-            self.seq_len_fill_value = seq_len_fill_value
-            self.device = device
-            self.graph: SimpleNamespace | None = None
-            self.forward_metadata = None
-            self.metadata_inits = 0
-            self.shared_table: torch.Tensor | None = None  # a scheduler-shared table it reads (overlap.py)
-            self.shared_reads: str | None = None  # where those reads end (SharedReadEnds name)
-
-        def shared_read_ends(self, fm):
-            from sglang.srt.layers.attention.base_attn_backend import SharedReadEnds
-
-            return super().shared_read_ends(fm) if self.shared_reads is None else SharedReadEnds[self.shared_reads]
-
-        def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-            rows = max(max_bs, max_num_tokens, STATIC_CAPACITY)
-            if self.graph is None or self.graph.seq_lens.shape[0] < rows:
-                self.graph = SimpleNamespace(
-                    seq_lens=torch.full((rows,), self.seq_len_fill_value, dtype=torch.int64, device=self.device),
-                    visible_drafts=torch.zeros((rows,), dtype=torch.int64, device=self.device),
-                    sum_gap=torch.zeros((), dtype=torch.int64, device=self.device))
-
-        def get_cuda_graph_seq_len_fill_value(self) -> int:
-            return self.seq_len_fill_value
-
-        def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
-            self.metadata_inits += 1
-            seq_lens = forward_batch.seq_lens
-            bs = seq_lens.shape[0]
-            rows = forward_batch.input_ids.shape[0] if getattr(forward_batch, "input_ids", None) is not None \
-                else bs
-            spec_info = getattr(forward_batch, "spec_info", None)
-            width = getattr(spec_info, "draft_token_num", None) or 1
-            visible = visible_draft_counts(seq_lens.tolist(), getattr(spec_info, "custom_mask", None), width,
-                                           max(rows, bs * width))
-            total = getattr(forward_batch, "seq_lens_sum", None)
-            gap = torch.tensor(0 if total is None else total - int(seq_lens.sum()), dtype=torch.int64)
-            static = self.graph is not None and (in_capture or not isinstance(
-                forward_batch, ForwardBatch)) and visible.shape[0] <= self.graph.seq_lens.shape[0]
-            if self.shared_table is not None:  # out-of-graph prep reads the shared rows of the batch
-                self.shared_table[forward_batch.req_pool_indices.to(torch.int64)].sum()
-            if static:
-                self.graph.seq_lens[:bs].copy_(seq_lens)
-                self.graph.visible_drafts[: visible.shape[0]].copy_(visible)
-                self.graph.sum_gap.copy_(gap)
-                self.forward_metadata = SimpleNamespace(seq_lens=self.graph.seq_lens[:bs],
-                                                        visible_drafts=self.graph.visible_drafts,
-                                                        sum_gap=self.graph.sum_gap)
-                if self.shared_table is not None and self.shared_reads != "PRE_REPLAY":
-                    self.forward_metadata.shared_table = self.shared_table  # the graph reads it too
-                if type(spec_info).__name__ == "DFlashVerifyInput":  # the KV lengths with the draft block, per
-                    # row of the static batch (padded rows: the fill value), which SGLang's NPU runner hands to
-                    # the graph update as they are (a DFlash backend's `seq_lens_cpu_list`)
-                    self.forward_metadata.seq_lens_cpu_list = (seq_lens + width).tolist()
-            else:
-                self.forward_metadata = SimpleNamespace(seq_lens=seq_lens.clone(), visible_drafts=visible.to(
-                    self.device), sum_gap=gap.to(self.device))
-
-    return DecodeAttentionDouble
+    return type("DecodeAttentionDouble", (DecodeAttention, AttentionBackend), {"__doc__": DecodeAttention.__doc__})
 
 
 _SHARED: dict = {}

@@ -89,8 +89,8 @@ def refusal(family, error: BaseException) -> str | None:
     texts = f"{error} {getattr(error, '__cause__', '')}"
     site = legality.VIOLATIONS[-1].site if legality.VIOLATIONS else ""
     if expected[0] in site or expected[0] in texts:
-        # the declared refusal is this example's verdict (expected-error), not a capture-legality failure; any
-        # other violation stays filed for that oracle
+        # the declared refusal is what the refusal test checks, not a capture-legality failure; any other
+        # violation stays filed for that oracle
         legality.VIOLATIONS[:] = [v for v in legality.VIOLATIONS if expected[0] not in v.site]
         return f"capture refused at {site}: {expected[1]} ({str(error).splitlines()[0][:200]})"
     return None

@@ -16,7 +16,8 @@ import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from unittest import mock
 
@@ -102,3 +103,19 @@ class RunnerSwitches:
         finally:
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def elastic_drop() -> Callable[[Any], None] | str:
+    """SGLang's elastic-EP graph reset as a function of a target (the runner's backend cleaned up, the shared
+    graph pool released), or why the installed SGLang has none."""
+    from harness.versions import module_exists, sglang_version
+
+    module = "sglang.srt.model_executor.model_runner_components.cuda_graph_setup"
+    if not module_exists(module):
+        return f"SGLang {sglang_version()} has no {module}: no elastic EP graph reset"
+    import importlib
+
+    drop = getattr(importlib.import_module(module), "drop_elastic_cuda_graph_state", None)
+    if drop is None:
+        return f"SGLang {sglang_version()} has no {module}.drop_elastic_cuda_graph_state"
+    return lambda target: drop(decode_runner=target.runner, eager_runner=None)

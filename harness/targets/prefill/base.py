@@ -137,151 +137,155 @@ class KvCache:
         self.req_to_token[row, :length] = 1 + row * self.req_to_token.shape[1] + positions
 
 
+class HarnessAttention:
+    """Attention backend double (its methods; `make_attention_backend_class` puts SGLang's `AttentionBackend`
+    under it). Out of graph, for every batch (`init_forward_metadata[_out_graph]`, as
+    SGLang's backends do), it writes the batch's metadata into its own capture-stable buffers: per flat token
+    the `req_to_token` row and the position (-1 for padding). The attention split op (`harness_attend`) writes
+    the KV at the slots the compiled body hands it (`out_cache_loc`) and computes from those buffers with
+    fixed-shape tensor ops only, so the same code is right when it runs eagerly between pieces (tc_piecewise,
+    breakable) and when a full graph captured it."""
+
+    dllm_attention = None
+    prefill_cuda_graph_default_max_seq_len = None
+    supports_prefill_cuda_graph_max_context_size = False
+    supports_full_cuda_graph_chunked_prefix = True
+    use_captured_forward_metadata_for_breakable_cuda_graph = False
+    skips_prefill_metadata_on_idle_dp_rank = False
+
+    def __init__(self, kv: KvCache):
+        self.kv = kv
+        self.req_to_token_pool = SimpleNamespace(req_to_token=kv.req_to_token, size=kv.size)
+        self.token_to_kv_pool = None
+        self.forward_metadata = None
+        self.metadata_inits = 0
+        self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=kv.device)
+        self.tables = self._new_tables()  # what the attention reads: the current batch's metadata
+        self.bucket_tables: dict = {}  # captured-metadata contract only: token count -> that bucket's tables
+
+    def _new_tables(self) -> SimpleNamespace:
+        """Capture-stable per-token metadata buffers: the token's req_to_token row, its position (-1:
+        padding), its request's index in the batch and cached prefix; `extent`, the columns of req_to_token
+        the metadata covers (the batch's max_seq_len_override, a fixed-context graph's extent, or all)."""
+        max_tokens, device = self.kv.num_slots, self.kv.device
+        return SimpleNamespace(
+            token_row=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+            token_position=torch.full((max_tokens,), -1, dtype=torch.int64, device=device),
+            token_request=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+            token_prefix=torch.zeros(max_tokens, dtype=torch.int64, device=device),
+            extent=torch.tensor(self.kv.req_to_token.shape[1], dtype=torch.int64, device=device))
+
+    # The captured-metadata contract (`use_captured_forward_metadata_for_breakable_cuda_graph`, as hybrid
+    # linear attention opts in): each captured bucket (token count) gets tables of its own, which the replay
+    # refreshes in place from the live batch; inside a breakable graph the attention reads its bucket's
+    # tables, so a replay that skips the refresh computes with the capture's or an earlier batch's metadata.
+    def init_forward_metadata_for_breakable_cuda_graph_capture(self, forward_batch) -> SimpleNamespace:
+        tables = self.bucket_tables[int(forward_batch.input_ids.shape[0])] = self._new_tables()
+        self._write_tables(forward_batch, tables)
+        return tables
+
+    def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, metadata, forward_batch,
+                                                                static_forward_batch=None) -> None:
+        self._write_tables(forward_batch, metadata)
+
+    def _tables_for(self, num_tokens: int) -> SimpleNamespace:
+        if self.bucket_tables and in_breakable_graph():
+            return self.bucket_tables[num_tokens]
+        return self.tables
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
+        pass
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return 1
+
+    def init_forward_metadata(self, forward_batch) -> None:
+        self.init_forward_metadata_out_graph(forward_batch)
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
+        self._write_tables(forward_batch, self.tables)
+
+    def _write_tables(self, forward_batch, tables: SimpleNamespace) -> None:
+        self.metadata_inits += 1
+        bs = forward_batch.batch_size
+        host_rows = getattr(forward_batch, "req_pool_indices_cpu", None)  # planned from the host copy
+        pool_rows = forward_batch.req_pool_indices if host_rows is None else host_rows
+        rows = [int(r) for r in pool_rows[:bs].tolist()]
+        seq_lens = [int(s) for s in forward_batch.seq_lens[:bs].tolist()]
+        if forward_batch.extend_seq_lens is not None and not forward_batch.forward_mode.is_decode_or_idle():
+            new = [int(n) for n in forward_batch.extend_seq_lens[:bs].tolist()]
+        else:
+            new = [1] * bs
+        token_row, token_position, token_request, token_prefix = [], [], [], []
+        for index, (row, seq_len, count) in enumerate(zip(rows, seq_lens, new)):
+            token_row += [row] * count
+            token_position += range(seq_len - count, seq_len)
+            token_request += [index] * count
+            token_prefix += [seq_len - count] * count
+        n = len(token_row)
+        tables.token_row.zero_()
+        tables.token_position.fill_(-1)
+        tables.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
+        tables.token_prefix.zero_()
+        for name, values in (("token_row", token_row), ("token_position", token_position),
+                             ("token_request", token_request), ("token_prefix", token_prefix)):
+            if n:
+                getattr(tables, name)[:n] = torch.tensor(values, dtype=torch.int64, device=self.kv.device)
+        override = getattr(forward_batch, "max_seq_len_override", None)
+        tables.extent.fill_(self.kv.req_to_token.shape[1] if override is None else override)
+        self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
+
+    def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
+                       prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
+        """KV[slots[t]] = x[t] (padding writes PAD_SLOT); output[t] = sum of the cached x over positions
+        0..position(t) of token t's request, within the metadata's extent (positions past it are not read, as
+        a fixed-context backend's metadata ends there). With a chunked-prefix full graph's buffers
+        (`prefix_*`, what the
+        captured body hands the op) the cached prefix is read through them, the new tokens through
+        req_to_token."""
+        t = x.shape[0]
+        tables = self._tables_for(t)
+        values = self.kv.values[layer_id]
+        values.index_copy_(0, slots[:t].to(torch.int64), x)
+        values[PAD_SLOT].zero_()
+        slots = self.kv.req_to_token.index_select(0, tables.token_row[:t]).to(torch.int64)  # (t, context)
+        visible = self.context.unsqueeze(0) <= tables.token_position[:t].unsqueeze(1)  # (t, context)
+        visible = visible & (self.context < tables.extent).unsqueeze(0)
+        if prefix_kv_indices:  # the prefix comes from SGLang's chunk buffers, not req_to_token
+            visible = visible & (self.context.unsqueeze(0) >= tables.token_prefix[:t].unsqueeze(1))
+        gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
+        output.copy_((gathered * visible.unsqueeze(-1)).sum(dim=1))
+        if prefix_kv_indices:
+            sums = self._prefix_sums(values, prefix_kv_indices, prefix_cu_seq_lens)
+            output.add_(sums.index_select(0, tables.token_request[:t]))
+
+    @staticmethod
+    def _prefix_sums(values: torch.Tensor, kv_indices, cu_seq_lens: torch.Tensor) -> torch.Tensor:
+        """Per request slot (plus one for padding), the sum of its cached prefix KV, read chunk by chunk
+        through the KV indices SGLang's `create_chunked_prefix_cache_kv_indices` wrote (entries past a chunk's
+        last request are slot 0, PAD_SLOT, whose values are zero)."""
+        slots = cu_seq_lens.shape[1] - 1
+        sums = torch.zeros((slots + 1, values.shape[1]), dtype=values.dtype, device=values.device)
+        for chunk, chunk_indices in enumerate(kv_indices):
+            indices = chunk_indices.to(torch.int64)
+            ends = cu_seq_lens[chunk, 1:].to(torch.int64)
+            entry = torch.arange(indices.shape[0], device=values.device)
+            owner = torch.searchsorted(ends, entry, right=True)  # request slot of each entry (slots: none)
+            sums.index_add_(0, owner, values.index_select(0, indices))
+        return sums
+
+    def forward_extend(self, *args, **kwargs):  # the model's attention never goes through here
+        raise NotImplementedError("the harness model attends through its split op")
+
+    forward_decode = forward_extend
+
+
 def make_attention_backend_class():
+    """The double as an `AttentionBackend` subclass, made on demand: SGLang is imported late (not at the
+    harness's import), and its base class's defaults apply where the double defines nothing."""
     from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 
-    class HarnessAttnBackend(AttentionBackend):
-        """Attention backend double. Out of graph, for every batch (`init_forward_metadata[_out_graph]`, as
-        SGLang's backends do), it writes the batch's metadata into its own capture-stable buffers: per flat token
-        the `req_to_token` row and the position (-1 for padding). The attention split op (`harness_attend`) writes
-        the KV at the slots the compiled body hands it (`out_cache_loc`) and computes from those buffers with
-        fixed-shape tensor ops only, so the same code is right when it runs eagerly between pieces (tc_piecewise,
-        breakable) and when a full graph captured it."""
-
-        dllm_attention = None
-        prefill_cuda_graph_default_max_seq_len = None
-        supports_prefill_cuda_graph_max_context_size = False
-        supports_full_cuda_graph_chunked_prefix = True
-        use_captured_forward_metadata_for_breakable_cuda_graph = False
-        skips_prefill_metadata_on_idle_dp_rank = False
-
-        def __init__(self, kv: KvCache):
-            self.kv = kv
-            self.req_to_token_pool = SimpleNamespace(req_to_token=kv.req_to_token, size=kv.size)
-            self.token_to_kv_pool = None
-            self.forward_metadata = None
-            self.metadata_inits = 0
-            self.context = torch.arange(kv.req_to_token.shape[1], dtype=torch.int64, device=kv.device)
-            self.tables = self._new_tables()  # what the attention reads: the current batch's metadata
-            self.bucket_tables: dict = {}  # captured-metadata contract only: token count -> that bucket's tables
-
-        def _new_tables(self) -> SimpleNamespace:
-            """Capture-stable per-token metadata buffers: the token's req_to_token row, its position (-1:
-            padding), its request's index in the batch and cached prefix; `extent`, the columns of req_to_token
-            the metadata covers (the batch's max_seq_len_override, a fixed-context graph's extent, or all)."""
-            max_tokens, device = self.kv.num_slots, self.kv.device
-            return SimpleNamespace(
-                token_row=torch.zeros(max_tokens, dtype=torch.int64, device=device),
-                token_position=torch.full((max_tokens,), -1, dtype=torch.int64, device=device),
-                token_request=torch.zeros(max_tokens, dtype=torch.int64, device=device),
-                token_prefix=torch.zeros(max_tokens, dtype=torch.int64, device=device),
-                extent=torch.tensor(self.kv.req_to_token.shape[1], dtype=torch.int64, device=device))
-
-        # The captured-metadata contract (`use_captured_forward_metadata_for_breakable_cuda_graph`, as hybrid
-        # linear attention opts in): each captured bucket (token count) gets tables of its own, which the replay
-        # refreshes in place from the live batch; inside a breakable graph the attention reads its bucket's
-        # tables, so a replay that skips the refresh computes with the capture's or an earlier batch's metadata.
-        def init_forward_metadata_for_breakable_cuda_graph_capture(self, forward_batch) -> SimpleNamespace:
-            tables = self.bucket_tables[int(forward_batch.input_ids.shape[0])] = self._new_tables()
-            self._write_tables(forward_batch, tables)
-            return tables
-
-        def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, metadata, forward_batch,
-                                                                    static_forward_batch=None) -> None:
-            self._write_tables(forward_batch, metadata)
-
-        def _tables_for(self, num_tokens: int) -> SimpleNamespace:
-            if self.bucket_tables and in_breakable_graph():
-                return self.bucket_tables[num_tokens]
-            return self.tables
-
-        def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
-            pass
-
-        def get_cuda_graph_seq_len_fill_value(self) -> int:
-            return 1
-
-        def init_forward_metadata(self, forward_batch) -> None:
-            self.init_forward_metadata_out_graph(forward_batch)
-
-        def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False) -> None:
-            self._write_tables(forward_batch, self.tables)
-
-        def _write_tables(self, forward_batch, tables: SimpleNamespace) -> None:
-            self.metadata_inits += 1
-            bs = forward_batch.batch_size
-            host_rows = getattr(forward_batch, "req_pool_indices_cpu", None)  # planned from the host copy
-            pool_rows = forward_batch.req_pool_indices if host_rows is None else host_rows
-            rows = [int(r) for r in pool_rows[:bs].tolist()]
-            seq_lens = [int(s) for s in forward_batch.seq_lens[:bs].tolist()]
-            if forward_batch.extend_seq_lens is not None and not forward_batch.forward_mode.is_decode_or_idle():
-                new = [int(n) for n in forward_batch.extend_seq_lens[:bs].tolist()]
-            else:
-                new = [1] * bs
-            token_row, token_position, token_request, token_prefix = [], [], [], []
-            for index, (row, seq_len, count) in enumerate(zip(rows, seq_lens, new)):
-                token_row += [row] * count
-                token_position += range(seq_len - count, seq_len)
-                token_request += [index] * count
-                token_prefix += [seq_len - count] * count
-            n = len(token_row)
-            tables.token_row.zero_()
-            tables.token_position.fill_(-1)
-            tables.token_request.fill_(forward_batch.batch_size)  # padding: the request slot past the last
-            tables.token_prefix.zero_()
-            for name, values in (("token_row", token_row), ("token_position", token_position),
-                                 ("token_request", token_request), ("token_prefix", token_prefix)):
-                if n:
-                    getattr(tables, name)[:n] = torch.tensor(values, dtype=torch.int64, device=self.kv.device)
-            override = getattr(forward_batch, "max_seq_len_override", None)
-            tables.extent.fill_(self.kv.req_to_token.shape[1] if override is None else override)
-            self.forward_metadata = SimpleNamespace(num_tokens=n, rows=rows, seq_lens=seq_lens, new=new)
-
-        def harness_attend(self, x: torch.Tensor, output: torch.Tensor, slots: torch.Tensor, layer_id: int,
-                           prefix_kv_indices=None, prefix_cu_seq_lens=None) -> None:
-            """KV[slots[t]] = x[t] (padding writes PAD_SLOT); output[t] = sum of the cached x over positions
-            0..position(t) of token t's request, within the metadata's extent (positions past it are not read, as
-            a fixed-context backend's metadata ends there). With a chunked-prefix full graph's buffers
-            (`prefix_*`, what the
-            captured body hands the op) the cached prefix is read through them, the new tokens through
-            req_to_token."""
-            t = x.shape[0]
-            tables = self._tables_for(t)
-            values = self.kv.values[layer_id]
-            values.index_copy_(0, slots[:t].to(torch.int64), x)
-            values[PAD_SLOT].zero_()
-            slots = self.kv.req_to_token.index_select(0, tables.token_row[:t]).to(torch.int64)  # (t, context)
-            visible = self.context.unsqueeze(0) <= tables.token_position[:t].unsqueeze(1)  # (t, context)
-            visible = visible & (self.context < tables.extent).unsqueeze(0)
-            if prefix_kv_indices:  # the prefix comes from SGLang's chunk buffers, not req_to_token
-                visible = visible & (self.context.unsqueeze(0) >= tables.token_prefix[:t].unsqueeze(1))
-            gathered = values.index_select(0, slots.reshape(-1)).reshape(t, -1, x.shape[1])
-            output.copy_((gathered * visible.unsqueeze(-1)).sum(dim=1))
-            if prefix_kv_indices:
-                sums = self._prefix_sums(values, prefix_kv_indices, prefix_cu_seq_lens)
-                output.add_(sums.index_select(0, tables.token_request[:t]))
-
-        @staticmethod
-        def _prefix_sums(values: torch.Tensor, kv_indices, cu_seq_lens: torch.Tensor) -> torch.Tensor:
-            """Per request slot (plus one for padding), the sum of its cached prefix KV, read chunk by chunk
-            through the KV indices SGLang's `create_chunked_prefix_cache_kv_indices` wrote (entries past a chunk's
-            last request are slot 0, PAD_SLOT, whose values are zero)."""
-            slots = cu_seq_lens.shape[1] - 1
-            sums = torch.zeros((slots + 1, values.shape[1]), dtype=values.dtype, device=values.device)
-            for chunk, chunk_indices in enumerate(kv_indices):
-                indices = chunk_indices.to(torch.int64)
-                ends = cu_seq_lens[chunk, 1:].to(torch.int64)
-                entry = torch.arange(indices.shape[0], device=values.device)
-                owner = torch.searchsorted(ends, entry, right=True)  # request slot of each entry (slots: none)
-                sums.index_add_(0, owner, values.index_select(0, indices))
-            return sums
-
-        def forward_extend(self, *args, **kwargs):  # the model's attention never goes through here
-            raise NotImplementedError("the harness model attends through its split op")
-
-        forward_decode = forward_extend
-
-    return HarnessAttnBackend
+    return type("HarnessAttnBackend", (HarnessAttention, AttentionBackend), {"__doc__": HarnessAttention.__doc__})
 
 
 @dataclasses.dataclass(frozen=True)
