@@ -210,6 +210,9 @@ def test_ragged_verify_fills_a_tiers_slots(backend_graphs, device, personality, 
 
 
 @suite_settings(gate_examples=30)  # no capture: milliseconds an example
+@hypothesis_example(  # a capture whose tokens do not divide evenly over its slots: which rows are the longer
+    request=LayoutRequest(verify_lens=[1, 3, 2], grid=[4, 8]), capture=(7, 3, 3), seq_lens=[0, 4, 9, 2],
+    mode="compacted", struct=dict(verify_lens_cpu=[1, 2], total_verify_tokens=3, graph_num_tokens=4, cap=None))
 @hypothesis_example(  # past the last tier, a layout past its graph's tokens, a capture past what its slots hold
     request=LayoutRequest(verify_lens=[3, 2], grid=[2, 4]), capture=(9, 2, 4), seq_lens=[5, 0, 7, 1], mode="eager",
     struct=dict(verify_lens_cpu=[2, 2], total_verify_tokens=4, graph_num_tokens=3, cap=None))
