@@ -21,6 +21,8 @@ from reports.summary import load
 from tests.mutant_runs import failure_records, run_suite_on_mutant
 from tests.test_compile_kwargs_mutants import MUTANTS, SUITE
 
+DRAWN_SUITE = "suites/test_decode_capture.py::test_ragged_layouts_are_the_requests_arithmetic"
+
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("option, value, choices", [("--device", "tpu", "'cpu', 'cuda', 'npu'"),
@@ -125,16 +127,17 @@ def test_a_failure_found_on_one_machine_replays_on_another_through_redis(redis_u
 
 @pytest.mark.subprocess
 def test_the_same_seed_and_profile_give_the_same_examples_and_verdicts(tmp_path, monkeypatch):
-    """Also under a CI variable, where Hypothesis would otherwise switch to its derandomised "ci" profile."""
+    """Also under a CI variable, where Hypothesis would otherwise switch to its derandomised "ci" profile. The
+    ragged layouts' test: five strategies drawn per example, milliseconds to judge each (no compile, no capture)."""
     monkeypatch.delenv("CI", raising=False)
     runs = []
     for name, extra, env in (("first", (), {}), ("again-under-xdist", ("-n", "1"), {}),
                              ("again-under-ci", (), {"CI": "true"})):
-        code, output = run_pytest([SUITE, "--report-dir", str(tmp_path / name), *extra], env=env)
+        code, output = run_pytest([DRAWN_SUITE, "--report-dir", str(tmp_path / name), *extra], env=env)
         assert code == 0, output[-2000:]
         rows = load(tmp_path / name, "examples")
         runs.append([(row["drawn"], row["verdict"]) for row in rows])
-    assert len(runs[0]) >= 40 and runs[0] == runs[1] == runs[2]
+    assert len(runs[0]) >= 30 and runs[0] == runs[1] == runs[2]
 
 
 @pytest.mark.subprocess

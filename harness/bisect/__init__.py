@@ -1,8 +1,10 @@
 """`python -m harness bisect`: the first commit of a user's SGLang checkout where a failure appears.
 
 Each step exports one commit's sglang package (`checkout`), imports it ahead of the installed release as `gate`
-does, and runs the failing test in the gate profile (or the standalone script `repro` wrote) in a fresh process
-of the chosen environment (`--python`). A commit whose tree cannot be imported, or where the test only skips, is
+does, and runs the failing test in the gate profile (or the standalone script `repro` wrote) in the chosen
+environment (`--python`): the import check and the test in a child forked from one warm parent
+(`harness.mutate.warm`, which never imports sglang), so a step pays its own SGLang import, not torch's; the script
+in a fresh process. A commit whose tree cannot be imported, or where the test only skips, is
 skipped as `git bisect skip` would. The good revision must pass and the bad one fail, or nothing is named.
 """
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Callable, Sequence
 
 from harness.bisect.checkout import Checkout, Commit
 from harness.errors import HarnessError
-from harness.mutants import REPO_ROOT, device_args, run_pytest
+from harness.mutants import REPO_ROOT, device_args
+from harness.mutate.warm import WarmWorker
 from harness.record import read_records, write_to
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -53,18 +56,18 @@ def _last_error(output: str) -> str:
     return next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "no output")[:300]
 
 
-def _imports(python: str, root: Path) -> str | None:
-    """None when `import sglang` works from `root` in `python`'s environment, else why it does not."""
-    done = subprocess.run([python, "-c", "import sglang"], capture_output=True, text=True, timeout=300,
-                          env=_env(root), cwd=REPO_ROOT)
-    return None if done.returncode == 0 else _last_error(done.stderr)
+def _imports(warm: WarmWorker, root: Path, work: Path) -> str | None:
+    """None when `import sglang` works from `root` in the warm worker's environment, else why it does not."""
+    code, output = warm.run([], sglang_root=root, timeout=300, mutant="", output=work / "import.txt",
+                            import_only=True)
+    return None if code == 0 else _last_error(output)
 
 
 def _env(root: Path) -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(REPO_ROOT)]))
 
 
-def run_test(request: Request, root: Path, work: Path) -> tuple[str, str]:
+def run_test(request: Request, root: Path, work: Path, warm: WarmWorker) -> tuple[str, str]:
     """(verdict, why) of the test or the repro script on the tree whose `sglang` is in `root`."""
     if request.repro:
         try:
@@ -77,9 +80,9 @@ def run_test(request: Request, root: Path, work: Path) -> tuple[str, str]:
             return GOOD, ""
         reproduced = [line for line in output.splitlines() if line.startswith("reproduced:")]
         return (BAD, reproduced[0][:300]) if reproduced else (SKIP, f"the script crashed: {_last_error(output)}")
-    code, output = run_pytest([request.test, "-q", "-x", "-rs", "--profile=gate", "--report-dir", str(work),
-                               *device_args(), *request.extra], sglang_root=root, timeout=request.timeout,
-                              python=request.python)
+    code, output = warm.run([request.test, "-q", "-x", "-rs", "--profile=gate", "--report-dir", str(work),
+                             *device_args(), *request.extra], sglang_root=root, timeout=request.timeout,
+                            mutant="", output=work / "pytest-output.txt")
     failures = read_records(work / "failures.jsonl")
     if failures:
         first = failures[0]
@@ -95,18 +98,18 @@ def run_test(request: Request, root: Path, work: Path) -> tuple[str, str]:
     return SKIP, f"pytest exited {code} (collection error): {_last_error(output)}"
 
 
-def step(checkout: Checkout, commit: Commit, request: Request) -> Step:
-    """Export `commit` to a folder of ours, judge it there, remove the folder."""
+def step(checkout: Checkout, commit: Commit, request: Request, warm: WarmWorker) -> Step:
+    """Export `commit` to a folder of ours, judge it there (in a child of the warm parent), remove the folder."""
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f"bisect-{commit.hash[:10]}-"))
     try:
         root = checkout.export(commit, work / "tree")
         if root is None:
             verdict, why = SKIP, "no sglang package in this commit (neither python/sglang nor sglang)"
-        elif (broken := _imports(request.python, root)) is not None:
+        elif (broken := _imports(warm, root, work)) is not None:
             verdict, why = SKIP, f"its sglang does not import: {broken}"
         else:
-            verdict, why = run_test(request, root, work / "report")
+            verdict, why = run_test(request, root, work / "report", warm)
             shutil.rmtree(request.report_dir / commit.hash[:10], ignore_errors=True)
             if (work / "report").exists():
                 shutil.copytree(work / "report", request.report_dir / commit.hash[:10])
@@ -148,8 +151,17 @@ def bisect(request: Request) -> tuple[list[Commit], list[Step]]:
     print(f"[bisect] {len(commits)} commits after good {good} up to bad {bad.hash[:10]}; "
           f"about {max(1, len(commits)).bit_length()} steps besides the two ends")
 
+    warm = WarmWorker(python=request.python)  # torch, pytest and SGLang's dependencies imported once, not a step
+    try:
+        return _bisect(checkout, good, bad, commits, request, out, warm)
+    finally:
+        warm.close()
+
+
+def _bisect(checkout: Checkout, good: Commit, bad: Commit, commits: list[Commit], request: Request, out: Path,
+            warm: WarmWorker) -> tuple[list[Commit], list[Step]]:
     def judged(commit: Commit) -> Step:
-        done = step(checkout, commit, request)
+        done = step(checkout, commit, request, warm)
         write_to(out, {**dataclasses.asdict(done.commit), "verdict": done.verdict, "seconds": done.seconds,
                        "why": done.why})
         print(f"[bisect] {done.line()}", flush=True)

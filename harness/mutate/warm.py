@@ -124,7 +124,16 @@ def _child(request: dict) -> None:
 
     code = 1
     try:
-        code = int(pytest.main(["-p", "no:cacheprovider", *request["args"]]))
+        if request.get("import_only"):  # does the copy's sglang import at all (bisect's first question)
+            import traceback
+
+            try:
+                importlib.import_module("sglang")
+                code = 0
+            except BaseException:  # noqa: BLE001 - any failure to import is the answer, with its traceback
+                traceback.print_exc()
+        else:
+            code = int(pytest.main(["-p", "no:cacheprovider", *request["args"]]))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -174,10 +183,11 @@ class WarmWorker:
             raise HarnessError(f"the warm mutant parent did not start (exit {self.process.poll()})")
 
     def run(self, args: list[str], *, sglang_root: Path | None, timeout: float, mutant: str,
-            output: Path) -> tuple[int, str]:
+            output: Path, import_only: bool = False) -> tuple[int, str]:
+        """pytest with `args` in a child forked from the warm parent (`import_only`: only `import sglang`)."""
         output.parent.mkdir(parents=True, exist_ok=True)
         request = {"args": args, "sglang_root": str(sglang_root) if sglang_root else None, "mutant": mutant,
-                   "timeout": timeout, "output": str(output)}
+                   "timeout": timeout, "output": str(output), "import_only": import_only}
         with self.lock:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
