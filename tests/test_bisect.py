@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.mutants import REPO_ROOT, scratch_sglang
-from tests.test_decode_mutants import BUG1, STATIC
+from tests.mutant_tables import BUG1, STATIC
 
 pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.mutant_tables import BUG1, STATIC
 from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
 
 pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
@@ -33,16 +34,6 @@ pytestmark = pytest.mark.subprocess  # every test here runs a suite in another p
 SUITE = "suites/test_decode_capture.py"
 RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 
-BUG1 = [
-    (RUNNER,
-     "from sglang.srt.compilation import torch_compile_decoration\n"
-     "from sglang.srt.compilation.torch_compile_decoration import set_torch_compile_config\n",
-     "from sglang.srt.compilation.torch_compile_decoration import (\n"
-     "    patch_model,\n"
-     "    set_torch_compile_config,\n"
-     ")\n"),
-    (RUNNER, "with torch_compile_decoration.patch_model(", "with patch_model("),
-]
 PADDED_ROWS = [
     (RUNNER, "output.next_token_logits[: self.raw_num_token]",
      "output.next_token_logits[: self.bs * self.captured_req_width]"),
@@ -126,7 +117,6 @@ DYNAMIC = f"{SUITE}::test_replay_matches_eager_and_patch_model_contract"
 VERIFY = f"{SUITE}::test_target_verify_replay_matches_eager"
 PLANNED = f"{SUITE}::test_planned_batches_replay_matches_eager"
 PADDING = f"{SUITE}::test_padding_disabled_replays_only_captured_sizes"
-STATIC = f"{SUITE}::test_no_module_imports_a_rebound_name_by_value"
 MROPE = f"{SUITE}::test_mrope_replay_matches_eager"
 
 MUTANTS = {

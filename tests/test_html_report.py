@@ -12,7 +12,7 @@ import torch
 from torchvision.io import decode_png, read_file
 
 from tests.mutant_runs import failure_records, run_suite_on_mutant
-from tests.test_compile_kwargs_mutants import MUTANTS, SUITE
+from tests.mutant_tables import KWARGS_MUTANTS as MUTANTS, KWARGS_SUITE as SUITE
 
 # Flags that keep Chromium off this machine's closed network and out of any profile but a scratch one.
 QUIET = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -317,10 +317,10 @@ def test_the_reverse_of_bug_2s_fix_is_caught_by_the_one_item_reaching_it(tmp_pat
     from harness.mutate import edits as given_edits
     from harness.sglang_coverage import LINE_TESTS, LINE_TESTS_FORMAT, harness_commit, package_version, \
         targets_digest
-    from tests.test_prefill_mutants import MUTANTS
+    from tests.mutant_tables import BUG2_MIXED_NOT_NORMALISED
 
     sglang = Path(require_sglang())
-    (file, old, new), = MUTANTS["mixed_not_normalised"].edits  # load_batch passes MIXED through in both fields
+    (file, old, new), = BUG2_MIXED_NOT_NORMALISED  # load_batch passes MIXED through in both fields
     path = tmp_path / "reverse-of-fix.json"
     path.write_text(json.dumps([{"file": file, "old": old, "new": new}]))
     edit, = given_edits.load(path, sglang)

@@ -19,7 +19,7 @@ from harness.mutants import run_pytest
 from harness.versions import require_sglang
 from reports.summary import load
 from tests.mutant_runs import failure_records, run_suite_on_mutant
-from tests.test_compile_kwargs_mutants import MUTANTS, SUITE
+from tests.mutant_tables import KWARGS_MUTANTS as MUTANTS, KWARGS_SUITE as SUITE
 
 DRAWN_SUITE = "suites/test_decode_capture.py::test_ragged_layouts_are_the_requests_arithmetic"
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from harness.record import read_records
+from tests.mutant_tables import BUG2_MIXED_NOT_NORMALISED, GLOBAL_NORMALISED
 from tests.mutant_runs import Mutant, failure_records, run_suite_on_mutant
 
 pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
@@ -16,25 +17,10 @@ SUITE = "suites/test_prefill_pcg.py"
 RUNNER = "srt/model_executor/runner/prefill_cuda_graph_runner.py"
 TC_BACKEND = "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py"
 
-LOCAL_NORMALISED = """        pcg_forward_mode = (
-            ForwardMode.EXTEND
-            if forward_batch.forward_mode == ForwardMode.MIXED
-            else forward_batch.forward_mode
-        )
-"""
-GLOBAL_NORMALISED = """        pcg_global_forward_mode = (
-            ForwardMode.EXTEND
-            if forward_batch.global_forward_mode == ForwardMode.MIXED
-            else forward_batch.global_forward_mode
-        )
-"""
-
 MUTANTS = {
     # (a) Known bug 2 as released up to 0.5.9: load_batch passes MIXED through in both fields.
     "mixed_not_normalised": Mutant(
-        edits=[(RUNNER, LOCAL_NORMALISED + GLOBAL_NORMALISED,
-                "        pcg_forward_mode = forward_batch.forward_mode\n"
-                "        pcg_global_forward_mode = forward_batch.global_forward_mode\n")],
+        edits=BUG2_MIXED_NOT_NORMALISED,
         oracle="no-recompile",
         texts=["after capture", "forward_mode=MIXED"],
         details=["forward_mode"]),

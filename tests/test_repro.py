@@ -15,7 +15,7 @@ from harness import known_findings
 from harness import repro as repro_module
 from harness.errors import HarnessError
 from harness.repro import RECORD_FORMAT, SIGNATURES, classify, launch_flags, read, strategy_names, without_launch
-from tests.test_compile_kwargs_mutants import MUTANTS
+from tests.mutant_tables import KWARGS_MUTANTS as MUTANTS
 
 
 def answer(capsys, *argv) -> tuple[int, str]:
