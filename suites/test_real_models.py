@@ -94,13 +94,13 @@ PADDED_BETWEEN_SIZES = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_R
                           _batch([2, 24], [8, 1], [9, 64], 12, [0, -20])]])
 
 
-def run_example(ex, case, family, groups):
+def run_example(ex, case, family, groups, split_tile=None):
     device = get_device("cpu")
     device.reset()
     hooks = HookRecorder()
     with RecompileWatcher("real model decode forward") as watcher:
         mark = counter.mark()
-        target = RealModelTarget(case, family=family, hooks=hooks)
+        target = RealModelTarget(case, family=family, hooks=hooks, split_tile=split_tile)
         captured = counter.since(mark)["num_graphs_captured"]
         declared = FAMILIES[family].capture_refusal  # predicted from the family before the run
         if declared is not None and not target.capture_refused:
@@ -224,6 +224,32 @@ def test_real_model_target_verify_matches_eager(family, drawn, device):
         if reason:
             pytest.skip(reason)
         run_example(ex, case, family, groups)
+
+
+# -- --enable-deterministic-inference ----------------------------------------------------------------------------
+# the gate runs the explicit examples on the dense family (seconds each); other profiles every captured family
+DETERMINISTIC_FAMILIES = ["dense"] if GATE_EXPLICIT_ONLY else CAPTURED
+
+
+@pytest.mark.parametrize("family", DETERMINISTIC_FAMILIES)
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(tile=16, drawn=PADDED_VERIFY)
+@hypothesis_example(tile=16, drawn=PADDED_BETWEEN_SIZES)
+@given(tile=st.sampled_from([16, 64, 256]), drawn=st.one_of(real_examples(), verify_examples()))
+def test_deterministic_inference_replays_match_eager(family, tile, drawn, device):
+    """`--enable-deterministic-inference` (SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE drawn): SGLang's Triton backend then
+    sizes each decode request's KV splits by a fixed tile at every replay, where the plain backend launches a fixed
+    count, and runs a verify's attention through its unified one-stage extend kernel. Replays against eager and the
+    torch reference as above; each decode replay's split counts against ceil(seq_len / tile) (`batch-invariance`).
+    """
+    case, groups = drawn
+    spec = {"spec": dataclasses.asdict(case.spec)} if case.spec else {}
+    with example("real_models_deterministic", family=family, split_tile=tile, **spec,
+                 **_to_drawn(case, groups)) as ex:
+        reason = real_model.family_missing(family)
+        if reason:
+            pytest.skip(reason)
+        run_example(ex, case, family, groups, split_tile=tile)
 
 
 # -- the prefill runner (breakable) -------------------------------------------------------------------------------
@@ -387,6 +413,8 @@ def replay_case(drawn: dict) -> None:
     suite = "real_models"
     if drawn.get("spec"):  # a verify example (test_real_model_target_verify_matches_eager)
         case, suite = dataclasses.replace(case, spec=SpecSettings(**drawn["spec"])), "real_models_verify"
+    if drawn.get("split_tile"):  # test_deterministic_inference_replays_match_eager
+        suite = "real_models_deterministic"
     mode = "TARGET_VERIFY" if case.spec else "DECODE"
     groups = [[StagedBatch(DecodeBatch(input_ids=b["input_ids"], positions=[n - 1 for n in b["seq_lens"]],
                                        seq_lens=b["seq_lens"], req_pool_indices=b["pool_rows"], forward_mode=mode,
@@ -394,4 +422,4 @@ def replay_case(drawn: dict) -> None:
                            b.get("mrope_deltas"))
                for b in group] for group in drawn["groups"]]
     with get_device("cpu").install("cuda"), example(suite, **drawn) as ex:
-        run_example(ex, case, family, groups)
+        run_example(ex, case, family, groups, split_tile=drawn.get("split_tile"))

@@ -19,6 +19,10 @@ and clean SGLang must pass the same case.
   as an earlier replay left them. Here a TARGET_VERIFY replay differs from eager and the diagnosis names the
   backend's `_verify_mask` and the requests whose part is stale.
 
+- deterministic split mutants: `TritonAttnBackend.get_num_kv_splits` under `--enable-deterministic-inference`
+  keeping the plain backend's fixed split count, or rounding the tile count down. The first changes no output
+  (eager runs the same splits); the split check (`batch-invariance`) names the counts and the arithmetic.
+
 - breakable_attention_drops_save_kv_cache: the prefill runner's breakable graphs with a real model run SGLang's
   `RadixAttention._eager_attention` between captured segments; with `save_kv_cache` passed as False the replay's
   logits are right and its K/V are never written. The diagnosis names the KV buffer and the slots.
@@ -148,6 +152,42 @@ def test_verify_mask_copied_by_an_even_split_fails_naming_the_mask(family, monke
     assert "replay differs from eager" in diagnosis, diagnosis
     assert ("its verify mask buffer (`_verify_mask`) differs from the batch's custom mask for request(s) [0, 1]"
             in diagnosis)
+
+
+# -- --enable-deterministic-inference: KV splits by a fixed tile ---------------------------------------------------
+# two requests on the captured 2, tiles of 16: 17 tokens -> 2 splits, 5 -> 1
+DETERMINISTIC_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[16, 4], seq_lens=[17, 5],
+                                                  req_pool_indices=[4, 2]), seed=7)]]
+
+
+def run_deterministic() -> None:
+    check_replays(RealModelTarget(CASE, family="dense", split_tile=16), DETERMINISTIC_REPLAYS)
+
+
+def test_clean_sglang_passes_deterministic_decode_replays():
+    load()
+    with get_device("cpu").install("cuda"):
+        run_deterministic()
+
+
+@pytest.mark.parametrize("old, new, splits", [
+    # the fixed count of the plain backend kept under deterministic inference (outputs unchanged: eager agrees)
+    (") and not self.enable_deterministic:", "):", "[16, 16]"),  # max_kv_splits: context 256 / 16
+    # the tile count rounded down
+    ("expanded_seq_lens + self.split_tile_size - 1", "expanded_seq_lens", "[1, 0]"),
+], ids=["fixed_count_kept", "tiles_rounded_down"])
+def test_deterministic_split_mutants_fail_batch_invariance(monkeypatch, old, new, splits):
+    """`TritonAttnBackend.get_num_kv_splits` edited (one line, `edited`): the decode graph's kernels then read
+    split counts that do not follow each request's own length; the split check names them and the arithmetic."""
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    monkeypatch.setattr(TritonAttnBackend, "get_num_kv_splits", edited(TritonAttnBackend.get_num_kv_splits, old, new))
+    load()
+    with get_device("cpu").install("cuda"), pytest.raises(OracleFailure) as failure:
+        run_deterministic()
+    assert failure.value.oracle == "batch-invariance", failure.value
+    assert (f"runs {splits} KV splits per request where tiles of 16 over seq_lens [17, 5] give [2, 1] "
+            "(ceil(seq_len / 16))") in failure.value.diagnosis, failure.value.diagnosis
 
 
 # -- the prefill runner's breakable graphs (harness/targets/prefill/real_model.py) --------------------------------

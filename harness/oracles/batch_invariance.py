@@ -8,6 +8,11 @@ must give each of its requests the logits it gets alone within float32 tolerance
 batch before. Replay against eager cannot see a batch SGLang assembled
 wrongly (rows, lengths, ids or KV slots of another request after a finish or a merge): both run the same wrong
 batch. This check does, and names the request, its history and the batch fields that disagree with it.
+
+Under `--enable-deterministic-inference` SGLang promises more: bit-identical results whatever the batch. Its Triton
+backend keeps that promise by splitting each request's KV into tiles of a fixed size
+(`SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE`), so a request's reduction order follows its own length alone;
+`check_split_counts` holds the split counts a decode graph's kernels read to that arithmetic.
 """
 from __future__ import annotations
 
@@ -37,3 +42,14 @@ def check_requests_alone(logits: torch.Tensor, histories: Sequence[Sequence[int]
                                 f"difference {worst:.3g}): {failure.diagnosis.replace('from eager', 'from alone')}"
                                 f"{fields(index)}", request=index,
                                 history=list(history)) from None
+
+
+def check_split_counts(splits: Sequence[int], seq_lens: Sequence[int], tile: int, where: str) -> None:
+    """`splits[i]`: the KV splits request i's decode attention runs (the graph's static buffer after the replay's
+    planning); SGLang's deterministic rule gives ceil(seq_len / tile). Example: tile 8, seq_lens [17, 5] -> [3, 1]."""
+    expected = [-(-n // tile) for n in seq_lens]
+    if list(splits) != expected:
+        raise OracleFailure(ORACLE, f"{where}: under --enable-deterministic-inference the decode attention runs "
+                            f"{list(splits)} KV splits per request where tiles of {tile} over seq_lens "
+                            f"{list(seq_lens)} give {expected} (ceil(seq_len / {tile})): a request's reduction "
+                            "order then depends on the batch it is in", splits=list(splits), expected=expected)

@@ -43,6 +43,7 @@ from harness.errors import HarnessError, PathMissing
 from harness.models.real import FAMILIES, RealModel, build, missing
 from harness.models.real.pools import Pools
 from harness.oracles import OracleFailure
+from harness.oracles.batch_invariance import check_split_counts
 from harness.oracles.decode_replay import check_padding_promises
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.graph_replay import check_graph_forward, replay_delta
@@ -135,19 +136,22 @@ class RealModelTarget(v0_5_14.Target):
     """See the module docstring. `family`: a key of `harness.models.real.FAMILIES`."""
 
     def __init__(self, case: DecodeCase, *, family: str, layout=None, personality: str = "cuda",
-                 device: str = "cpu", hooks: Any = None) -> None:
+                 device: str = "cpu", hooks: Any = None, split_tile: int | None = None) -> None:
         if device != "cpu":
             raise HarnessError(f"the real-model target runs on the cpu virtual device (its Triton kernels by the CPU "
                                f"interpreter), not on {device!r}")
         self.family = family
+        # `--enable-deterministic-inference` with this SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE (None: off)
+        self.split_tile = split_tile
         reason = missing(family)
         if reason:
             raise PathMissing(reason)
         self.capture_refused: str | None = None
         with kernels():
             try:
-                super().__init__(case, layout=layout or v0_5_14.LAYOUT, personality=personality, device=device,
-                                 hooks=hooks)
+                with _split_tile_environment(split_tile):  # the backend reads it when it is built
+                    super().__init__(case, layout=layout or v0_5_14.LAYOUT, personality=personality,
+                                     device=device, hooks=hooks)
             except Exception as error:  # noqa: BLE001 - only the family's known refusal is kept, anything else raises
                 self.capture_refused = refusal(FAMILIES[family], error)
                 if self.capture_refused is None:
@@ -159,6 +163,12 @@ class RealModelTarget(v0_5_14.Target):
         args = super().server_args(case, device)
         args.triton_attention_num_kv_splits = KV_SPLITS
         return args
+
+    def server_flags(self, case: DecodeCase) -> dict[str, Any]:
+        """`--enable-deterministic-inference` when asked: SGLang's Triton backend then sizes KV splits by a fixed
+        tile (`SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE`) from each replay's seq_lens, takes the non-lean decode path
+        and the unified one-stage extend kernel (a TARGET_VERIFY's attention)."""
+        return {"enable_deterministic_inference": True} if self.split_tile is not None else {}
 
     # -- the parts ---------------------------------------------------------------------------------------------
     def build_parts(self, case: DecodeCase, device: str) -> tuple:
@@ -255,6 +265,16 @@ class RealModelTarget(v0_5_14.Target):
 
 
 # -- the check --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _split_tile_environment(tile: int | None):
+    """SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE set to `tile` for the block (left as it is for None)."""
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {} if tile is None else {"SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE": str(tile)}):
+        yield
+
+
 def _cache_difference(pools: Pools, replayed: list[torch.Tensor], eager: list[torch.Tensor],
                       exact: bool) -> str | None:
     """Where the KV cache a replay left differs from eager's, slot 0 (SGLang's padding slot, which padded rows
@@ -403,6 +423,9 @@ def check_replay(target: RealModelTarget, batch: DecodeBatch, where: str, step: 
     mark = counter.mark()
     output = target.replay(batch)
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
+    if target.split_tile is not None and batch.forward_mode == "DECODE":  # the graph's kernels read these splits
+        splits = target.attn_backend.cuda_graph_num_kv_splits[:batch.batch_size].tolist()
+        check_split_counts(splits, batch.seq_lens, target.split_tile, where)
     got = output.next_token_logits[:len(batch.input_ids)].clone()  # a verify batch: every draft token's row
     after_replay = pools.snapshot()
     pools.restore(before)
