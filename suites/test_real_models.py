@@ -270,14 +270,14 @@ PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), ((5,) * 9, (3, 4), (7,
                            ((6,) * 12, (2,) * 8)])
 
 
-def run_prefill(family, drawn, suite="real_models_prefill"):
+def run_prefill(family, drawn, suite="real_models_prefill", deterministic=False):
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
 
     counts, batches = drawn
-    case = PrefillCase(backend="breakable", capture_tokens=counts)
-    with example(suite, family=family, capture_tokens=list(counts),
-                 batches=[[list(p) for p in b] for b in batches]) as ex:
+    case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
+    with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
+                 **({"deterministic": True} if deterministic else {})) as ex:
         try:
             with RecompileWatcher("real model prefill forward") as watcher:
                 target = RealModelPrefillTarget(case, family)
@@ -304,6 +304,17 @@ def test_real_model_prefill_breakable_matches_eager(family, drawn, device):
     torch-native attention, the KV cache each leaves, graphs offered exactly to the batches a captured count holds,
     no recompile."""
     run_prefill(family, drawn)
+
+
+@pytest.mark.parametrize("family", [name for name in DETERMINISTIC_FAMILIES if name in PREFILL_FAMILIES])
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PREFILL_PADDED)
+@given(drawn=prefill_examples())
+def test_real_model_prefill_deterministic_matches_eager(family, drawn, device):
+    """The breakable prefill under `--enable-deterministic-inference`: the Triton backend's extend attention runs
+    its unified one-stage kernel (prefix and new tokens in one pass) between the captured segments; the same checks
+    as the plain prefill, in the deterministic record."""
+    run_prefill(family, drawn, suite="real_models_deterministic", deterministic=True)
 
 
 @pytest.mark.xfail(strict=True, raises=OracleFailure, reason=(
@@ -403,7 +414,9 @@ def replay_case(drawn: dict) -> None:
     if "batches" in drawn:  # a prefill example (test_real_model_prefill_breakable_matches_eager)
         with get_device("cpu").install("cuda"):
             run_prefill(family, (tuple(drawn["capture_tokens"]), [tuple(tuple(p) for p in b)
-                                                                   for b in drawn["batches"]]))
+                                                                   for b in drawn["batches"]]),
+                        suite="real_models_deterministic" if drawn.get("deterministic") else "real_models_prefill",
+                        deterministic=bool(drawn.get("deterministic")))
         return
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)
     if "program" in drawn:  # a scheduler-built example (test_scheduled_batches_replay_matches_eager)

@@ -89,6 +89,9 @@ class PrefillCase:
     # a breakable graph off CUDA cannot capture
     mha_companion: bool = False
     lora: bool = False  # a LoRA server (SGLang's lora_manager set; requests on the base model)
+    # --enable-deterministic-inference: SGLang's Triton backend runs extend attention through its unified
+    # one-stage kernel (the real-model target; the attention doubles read no such switch)
+    deterministic: bool = False
 
     def context_limit(self) -> int | None:
         """The longest context a graph may serve (None: any). Example: full, max_context_size 32 -> 32;

@@ -86,6 +86,7 @@ def publish_config(case: PrefillCase, device: str) -> Any:
         max_running_requests=case.max_requests, chunked_prefill_size=chunk_budget,
         disable_radix_cache=True, disable_chunked_prefix_cache=case.prefix_chunk_tokens is None,
         enable_mixed_chunk=case.enable_mixed_chunk,
+        **({"enable_deterministic_inference": True} if case.deterministic else {}),
     )
     if not publish_server_args(server_args):
         # 0.5.14 to 0.5.1x and main trees without runtime_context: no published config namespaces; the runner
