@@ -9,6 +9,9 @@ input or contract; clean SGLang passes them (tests/test_decode_mutants.py runs t
   request slots than min(tier, max_bs) and batches with more requests are refused.
 - Configuration: the ValueError for LoRA, or for --disable-cuda-graph-padding, dropped: SGLang builds a compact
   runner whose graphs cannot pad the batch the way the case asks.
+- Padding (`RaggedVerifyLayout.padded_to_bucket`): rows not capped at the draft width, so the last row of a full
+  tier carries its leftover tokens; the outputs of the real rows are unchanged, and the per-replay layout check
+  (`check_padding_promises`: the tier's layout against `padded_verify_lens`) names it.
 - Layouts (`harness/oracles/ragged_layout.py`): a zero-length row accepted, the tier rounded past an exact fit,
   a capture's longer placeholder rows put last, the attention geometry's KV prefix sums not shifted by one.
 - A draft worker's verify graphs (DFLASH): the replay no longer copies the batch's `input_embeds` into the static
@@ -74,6 +77,12 @@ MUTANTS = {
                 "        torch.cumsum(cache_seqlens_int32, dim=0, dtype=torch.int32), (0, 1)\n")],
         oracle="ragged-layout",
         texts=["attention geometry", "cu_seqlens_k"]),
+    "ragged_padding_rows_not_capped": Mutant(  # outputs unchanged: only the tier's layout shows it
+        test=FILLS_SLOTS,
+        edits=[(RAGGED, "        if cap is not None:\n            padded = torch.clamp(padded, max=cap)\n",
+                "        if cap is None:\n            padded = torch.clamp(padded, max=cap)\n")],
+        oracle="ragged-layout",
+        texts=["`verify_lens` holds [2, 1, 2, 3]", "padded to tier 8 has [2, 1, 2, 2]"]),
     "ragged_stage_skips_qo_indptr": Mutant(
         test=REPLAY,
         edits=STAGE_SKIPS_QO_INDPTR,

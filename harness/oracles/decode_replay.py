@@ -89,9 +89,15 @@ def ragged_note(batch) -> str:
 def check_padding_promises(target, batch, index: int) -> None:
     """Rows past the batch in the static buffers hold what SGLang's buffer registry promises (seq_lens the
     backend's fill value; pool rows, cache slots and positions 0), up to the padded size the case implies: the
-    smallest captured size that holds the batch (`patch_contract.expected_sizes`)."""
+    smallest captured size that holds the batch (`patch_contract.expected_sizes`); a ragged verify target's tier
+    layout is the batch's verify_lens padded and capped as SGLang's `padded_to_bucket` promises (`ragged-layout`)."""
     if not target.promises_padding:
         return
+    layout = getattr(target, "stale_layout", None)  # a ragged verify target: its tier's layout, padded rows too
+    wrong = layout(batch) if layout else ""
+    if wrong:
+        raise OracleFailure("ragged-layout", f"replay {index}: the layout the tier's graph read differs from the "
+                            f"batch's padded to its tier (`padded_verify_lens`){wrong}", batch=batch)
     padded = min(s for s in expected_sizes(target.case)[0] if s >= batch.batch_size)
     width = target.case.tokens_per_request
     tokens = (batch.batch_size * width, padded * width)

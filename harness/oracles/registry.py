@@ -53,7 +53,8 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            ("test_prefill_mutants.py", "test_decode_ragged_mutants.py", "test_expected_errors.py",
             "test_real_model_mutants.py")),
     Oracle("ragged-layout", "SGLang's compact ragged verify layouts (tier, prefix sums, capture rows, the geometry an "
-           "attention backend reads) are the drawn requests' arithmetic, and a malformed one is refused",
+           "attention backend reads, the padded layout each replay's tier graph reads) are the drawn requests' "
+           "arithmetic, and a malformed one is refused",
            "harness/oracles/ragged_layout.py", ("test_decode_ragged_mutants.py",)),
     Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
            "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
