@@ -23,6 +23,9 @@ SDPA over the cached K/V) within float32 tolerance, so a wrong kernel cannot mak
 diagnosis names the static inputs and the Triton backend's graph metadata (`kv_indptr`, `cuda_graph_kv_indices`)
 that differ from what the staged batch implies.
 
+`split_tile=N` runs the target under `--enable-deterministic-inference` with that KV split tile: each decode
+replay's split counts are then held to ceil(seq_len / N) (`batch_invariance.check_split_counts`).
+
 A family whose SGLang path the device cannot capture (`Family.capture_refusal`: Qwen2-MoE's non-CUDA MoE) is
 constructed all the same; its refusal is checked to be the declared one (`capture_refused`) and `check_eager`
 holds its eager forward to the torch reference.
