@@ -123,7 +123,8 @@ def run_example(ex, case, family, groups, split_tile=None):
 
 
 def _to_drawn(case, groups) -> dict:
-    return {"capture_bs": list(case.capture_bs), "groups": [[{
+    spec = {"spec": dataclasses.asdict(case.spec)} if case.spec else {}
+    return {"capture_bs": list(case.capture_bs), **spec, "groups": [[{
         "seq_lens": s.batch.seq_lens, "pool_rows": s.batch.pool_rows, "input_ids": s.batch.input_ids,
         "seed": s.seed, "mrope_deltas": s.mrope_deltas, "draft_visibility": s.batch.draft_visibility}
         for s in group] for group in groups]}
@@ -133,13 +134,14 @@ CAPTURED = sorted(name for name, family in FAMILIES.items() if family.capture_re
 REFUSED = sorted(name for name, family in FAMILIES.items() if family.capture_refusal is not None)
 
 
-def run_family(family, drawn, record="real_models"):
+def run_family(family, drawn, record="real_models", split_tile=None):
     case, groups = drawn
-    with example(record, family=family, **_to_drawn(case, groups)) as ex:
+    tile = {"split_tile": split_tile} if split_tile is not None else {}
+    with example(record, family=family, **tile, **_to_drawn(case, groups)) as ex:
         reason = real_model.family_missing(family)
         if reason:
             pytest.skip(reason)
-        run_example(ex, case, family, groups)
+        run_example(ex, case, family, groups, split_tile=split_tile)
 
 
 # The gate runs the explicit example only (its first generated one would be the minimal case: one size, one
@@ -217,13 +219,7 @@ def test_real_model_target_verify_matches_eager(family, drawn, device):
     """EAGLE's TARGET_VERIFY graphs of a real model on the Triton backend's verify path: each replay against eager,
     eager against SGLang's torch-native attention where the drafts form a chain (its causal extend), the KV the
     drafts write, padded rows."""
-    case, groups = drawn
-    with example("real_models_verify", family=family, spec=dataclasses.asdict(case.spec),
-                 **_to_drawn(case, groups)) as ex:
-        reason = real_model.family_missing(family)
-        if reason:
-            pytest.skip(reason)
-        run_example(ex, case, family, groups)
+    run_family(family, drawn, record="real_models_verify")
 
 
 # -- --enable-deterministic-inference ----------------------------------------------------------------------------
@@ -242,14 +238,7 @@ def test_deterministic_inference_replays_match_eager(family, tile, drawn, device
     count, and runs a verify's attention through its unified one-stage extend kernel. Replays against eager and the
     torch reference as above; each decode replay's split counts against ceil(seq_len / tile) (`batch-invariance`).
     """
-    case, groups = drawn
-    spec = {"spec": dataclasses.asdict(case.spec)} if case.spec else {}
-    with example("real_models_deterministic", family=family, split_tile=tile, **spec,
-                 **_to_drawn(case, groups)) as ex:
-        reason = real_model.family_missing(family)
-        if reason:
-            pytest.skip(reason)
-        run_example(ex, case, family, groups, split_tile=tile)
+    run_family(family, drawn, record="real_models_deterministic", split_tile=tile)
 
 
 # -- the prefill runner (breakable) -------------------------------------------------------------------------------
@@ -270,11 +259,13 @@ PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), ((5,) * 9, (3, 4), (7,
                            ((6,) * 12, (2,) * 8)])
 
 
-def run_prefill(family, drawn, suite="real_models_prefill", deterministic=False):
+def run_prefill(family, drawn, suite=None, deterministic=False):
+    """`suite`: the record (default: the deterministic record under `deterministic`, else the prefill one)."""
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
 
     counts, batches = drawn
+    suite = suite or ("real_models_deterministic" if deterministic else "real_models_prefill")
     case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
     with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
                  **({"deterministic": True} if deterministic else {})) as ex:
@@ -314,7 +305,7 @@ def test_real_model_prefill_deterministic_matches_eager(family, drawn, device):
     """The breakable prefill under `--enable-deterministic-inference`: the Triton backend's extend attention runs
     its unified one-stage kernel (prefix and new tokens in one pass) between the captured segments; the same checks
     as the plain prefill, in the deterministic record."""
-    run_prefill(family, drawn, suite="real_models_deterministic", deterministic=True)
+    run_prefill(family, drawn, deterministic=True)
 
 
 @pytest.mark.xfail(strict=True, raises=OracleFailure, reason=(
@@ -415,7 +406,6 @@ def replay_case(drawn: dict) -> None:
         with get_device("cpu").install("cuda"):
             run_prefill(family, (tuple(drawn["capture_tokens"]), [tuple(tuple(p) for p in b)
                                                                    for b in drawn["batches"]]),
-                        suite="real_models_deterministic" if drawn.get("deterministic") else "real_models_prefill",
                         deterministic=bool(drawn.get("deterministic")))
         return
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)

@@ -168,7 +168,8 @@ class RaggedVerify:
         return self.slots(batch), batch.tier
 
     def stale_layout(self, batch) -> str:
-        """Where the layout the tier's graph reads differs from the batch's, padded (a diagnosis only)."""
+        """Where the layout the tier's graph reads differs from the batch's, padded (`padded_verify_lens`): checked
+        at every replay (`decode_replay.check_padding_promises`) and named in an eager-equality diagnosis."""
         captured = getattr(self.runner, "_captured_ragged_layouts", {}).get(batch.tier)
         if captured is None or getattr(batch, "verify_lens", None) is None:
             return ""

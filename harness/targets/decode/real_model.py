@@ -135,6 +135,16 @@ class StagedBatch:
     mrope_deltas: list[int] | None = None
 
 
+@contextlib.contextmanager
+def _split_tile_environment(tile: int | None):
+    """SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE set to `tile` for the block (left as it is for None)."""
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {} if tile is None else {"SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE": str(tile)}):
+        yield
+
+
 class RealModelTarget(v0_5_14.Target):
     """See the module docstring. `family`: a key of `harness.models.real.FAMILIES`."""
 
@@ -268,16 +278,6 @@ class RealModelTarget(v0_5_14.Target):
 
 
 # -- the check --------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _split_tile_environment(tile: int | None):
-    """SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE set to `tile` for the block (left as it is for None)."""
-    import os
-    from unittest import mock
-
-    with mock.patch.dict(os.environ, {} if tile is None else {"SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE": str(tile)}):
-        yield
-
-
 def _cache_difference(pools: Pools, replayed: list[torch.Tensor], eager: list[torch.Tensor],
                       exact: bool) -> str | None:
     """Where the KV cache a replay left differs from eager's, slot 0 (SGLang's padding slot, which padded rows
