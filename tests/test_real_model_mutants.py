@@ -23,6 +23,10 @@ and clean SGLang must pass the same case.
   keeping the plain backend's fixed split count, or rounding the tile count down. The first changes no output
   (eager runs the same splits); the split check (`batch-invariance`) names the counts and the arithmetic.
 
+- graph_window_one_key_wider: the decode graph's window rail (`_update_decode_kv_buffers`) filled with W + 1 keys
+  while eager's keeps W (an off-by-one mended in one place only); only the swa family (Gemma2) has window layers.
+  The replay differs from eager and the diagnosis names `window_kv_indptr` against the window's arithmetic.
+
 - breakable_attention_drops_save_kv_cache: the prefill runner's breakable graphs with a real model run SGLang's
   `RadixAttention._eager_attention` between captured segments; with `save_kv_cache` passed as False the replay's
   logits are right and its K/V are never written. The diagnosis names the KV buffer and the slots.
@@ -152,6 +156,46 @@ def test_verify_mask_copied_by_an_even_split_fails_naming_the_mask(family, monke
     assert "replay differs from eager" in diagnosis, diagnosis
     assert ("its verify mask buffer (`_verify_mask`) differs from the batch's custom mask for request(s) [0, 1]"
             in diagnosis)
+
+
+# -- a sliding-window model (the swa family: Gemma2, window 6 on layer 0) -------------------------------------------
+# two requests on the captured 2, both past the window: 9 and 8 keys, the window rail keeps 6 of each
+WINDOW_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[8, 7], seq_lens=[9, 8],
+                                           req_pool_indices=[4, 2]), seed=7)]]
+
+
+def run_window() -> None:
+    from harness.targets.decode.real_model import family_missing
+
+    if family_missing("swa"):
+        pytest.skip(family_missing("swa"))
+    check_replays(RealModelTarget(CASE, family="swa"), WINDOW_REPLAYS)
+
+
+def test_clean_sglang_passes_sliding_window_replays():
+    load()
+    with get_device("cpu").install("cuda"):
+        run_window()
+
+
+def test_graph_window_one_key_wider_fails_naming_the_window_rail(monkeypatch):
+    """`TritonAttnBackend._update_decode_kv_buffers` (the decode graph's metadata, capture and replay) fills the
+    window rail with W + 1 keys, eager's `init_forward_metadata` still with W: the off-by-one of
+    `test_findings_triton_decode_window_one_key_short` mended in one of its two places. The tiny models have no
+    window layers; the replay of the real one differs from eager, the diagnosis names `window_kv_indptr`."""
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    mutant = edited(TritonAttnBackend._update_decode_kv_buffers, "self.sliding_window_size,\n            seq_lens,",
+                    "self.sliding_window_size + 1,\n            seq_lens,")
+    monkeypatch.setattr(TritonAttnBackend, "_update_decode_kv_buffers", mutant)
+    load()
+    with get_device("cpu").install("cuda"), pytest.raises(OracleFailure) as failure:
+        run_window()
+    assert failure.value.oracle == "eager-equality", failure.value
+    diagnosis = failure.value.diagnosis
+    assert "replay differs from eager" in diagnosis, diagnosis
+    assert "its `window_kv_indptr`[:3] holds [0, 7, 14] where a window of 6 over the batch implies [0, 6, 12]" \
+        in diagnosis, diagnosis
 
 
 # -- --enable-deterministic-inference: KV splits by a fixed tile ---------------------------------------------------

@@ -22,7 +22,10 @@ Families (`FAMILIES`; one layer, hidden 64, vocab 128, float32):
 - mla: `DeepseekV2ForCausalLM` (MLA, latent 256 + rope 32, one dense layer; SGLang's CPU rope needs
   `deepseek_yarn` scaling), on `MLATokenToKVPool`;
 - vlm: `Qwen2VLForConditionalGeneration`, the text path reading mRoPE positions (a one-block vision tower is built,
-  never run: decode batches carry text tokens).
+  never run: decode batches carry text tokens);
+- swa: `Gemma2ForCausalLM`, two layers, the first a sliding-window layer (window `SLIDING_WINDOW`, shorter than the
+  drawn prefixes), the window SGLang's `ModelRunner` sets (`sliding_window_size`), so the Triton backend builds
+  its window rails (`update_sliding_window_buffer`) eager and in the graph. No logit soft-caps (see its config).
 
 A family whose class the installed SGLang lacks is `missing(family)` (a reason naming the module and class); a
 configuration SGLang rejects raises SGLang's own error (`tests/test_real_model_build.py`).
@@ -41,6 +44,7 @@ import torch
 
 WEIGHT_RANGE = 0.3
 CONTEXT_LEN = 256
+SLIDING_WINDOW = 6  # the swa family's window (SGLang's count): shorter than the drawn prefixes, so it bites
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +99,20 @@ def _mla_deepseek_v2() -> dict:
                 eos_token_id=2)
 
 
+def _swa_gemma2() -> dict:
+    return dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", hidden_size=64, intermediate_size=128,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+                max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0, torch_dtype="float32",
+                hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=16,
+                attention_bias=False,
+                attn_logit_softcapping=0.0,  # none: SGLang's torch-native attention (the reference) has no logit cap
+                # no final soft-cap: SGLang's fused one is a Triton kernel calling libdevice.tanh, which Triton's CPU
+                # interpreter cannot run (its libdevice functions are compile-time stubs)
+                final_logit_softcapping=None,
+                sliding_window=SLIDING_WINDOW + 1,  # HF's window counts the token itself; SGLang's does not
+                tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
 def _vlm_qwen2() -> dict:
     text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                 num_key_value_heads=2, vocab_size=128, max_position_embeddings=512, rms_norm_eps=1e-6,
@@ -114,6 +132,7 @@ FAMILIES = {
         "fused_moe_native.py", "SGLang's non-CUDA MoE path (moe_forward_native, which forward_cpu takes without AMX) "
         "copies tokens_per_expert to the host and loops over experts: data-dependent, not capturable")),
     "mla": Family("mla", "DeepseekV2ForCausalLM", "deepseek_v2", _mla_deepseek_v2()),
+    "swa": Family("swa", "Gemma2ForCausalLM", "gemma2", _swa_gemma2()),
     "vlm": Family("vlm", "Qwen2VLForConditionalGeneration", "qwen2_vl", _vlm_qwen2(), mrope=True),
 }
 
@@ -188,3 +207,38 @@ def build(family: str, path: str | None = None, seed: int = 1234) -> RealModel:
     model.requires_grad_(False)  # inference weights (a VLM's vision tower is built with trainable parameters)
     return RealModel(spec, model, config, path)
 
+
+
+def sliding_window_size(real: RealModel) -> int | None:
+    """The window SGLang's `ModelRunner` sets for the model (its `resolve_sliding_window_size`, where the release
+    has it; before, the model's own `get_attention_sliding_window_size`), which attention backends read."""
+    from harness.versions import module_exists
+
+    utils = "sglang.srt.model_executor.model_runner_components.load_model_utils"
+    if module_exists(utils):
+        import importlib
+
+        resolve = getattr(importlib.import_module(utils), "resolve_sliding_window_size", None)
+        if resolve is not None:
+            return resolve(real.model, real.model_config)
+    window = getattr(real.model, "get_attention_sliding_window_size", None)
+    return window() if window is not None else None
+
+
+@contextlib.contextmanager
+def triton_decode_windows(model: Any) -> Iterator[None]:
+    """While a reference DECODE forward runs: each sliding-window layer's window one key shorter, as SGLang's Triton
+    decode reads it. `update_sliding_window_buffer` keeps min(seq_len, W) keys (the token itself and W - 1 before
+    it), where SGLang's Triton extend kernel, its torch-native backend and HF's config (`sliding_window` = W + 1
+    keys) keep W + 1; the strict finding `test_findings_triton_decode_window_one_key_short` pins that difference,
+    and this aligns the torch reference with the decode kernel so that the reference still checks the rest."""
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    layers = [m for m in model.modules() if isinstance(m, RadixAttention) and (m.sliding_window_size or -1) > 0]
+    for layer in layers:
+        layer.sliding_window_size -= 1
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.sliding_window_size += 1

@@ -20,8 +20,10 @@ one replayed graph is counted; the KV cache the replay leaves must equal eager's
 padded row writing into a live slot shows there); padded rows of the static inputs hold SGLang's promise
 (`decode_replay.check_padding_promises`); eager itself is held to SGLang's `TorchNativeAttnBackend` (plain torch
 SDPA over the cached K/V) within float32 tolerance, so a wrong kernel cannot make both sides agree. A failure's
-diagnosis names the static inputs and the Triton backend's graph metadata (`kv_indptr`, `cuda_graph_kv_indices`)
-that differ from what the staged batch implies.
+diagnosis names the static inputs and the Triton backend's graph metadata (`kv_indptr`, `cuda_graph_kv_indices`,
+a sliding-window model's `window_kv_indptr` and `cuda_graph_window_kv_indices`) that differ from what the staged
+batch implies. The runner double's `sliding_window_size` is SGLang's own (`harness.models.real.sliding_window_size`);
+the torch references of a window layer read the Triton decode's window (`triton_decode_windows`, a finding).
 
 `split_tile=N` runs the target under `--enable-deterministic-inference` with that KV split tile: each decode
 replay's split counts are then held to ceil(seq_len / N) (`batch_invariance.check_split_counts`).
@@ -43,7 +45,7 @@ import torch
 from harness.counter import counter
 from harness.devices.triton_interpreter import interpret_kernels
 from harness.errors import HarnessError, PathMissing
-from harness.models.real import FAMILIES, RealModel, build, missing
+from harness.models.real import FAMILIES, RealModel, build, missing, sliding_window_size, triton_decode_windows
 from harness.models.real.pools import Pools
 from harness.oracles import OracleFailure
 from harness.oracles.batch_invariance import check_split_counts
@@ -205,7 +207,8 @@ class RealModelTarget(v0_5_14.Target):
                                    lora_manager=None, spec=case.spec, architecture=self.real.family.architecture)
         runner.model_config = self.real.model_config
         self.pools.bind(runner)
-        runner.sliding_window_size, runner.page_size, runner.kv_cache_dtype = None, 1, torch.float32
+        runner.sliding_window_size = sliding_window_size(self.real)
+        runner.page_size, runner.kv_cache_dtype = 1, torch.float32
         runner.prefill_attention_backend_str = "triton"  # ModelRunner's, resolved from --attention-backend triton;
         # ForwardBatch.init_new reads it for a scheduler-built extend batch's positions (`decode/scheduled.py`)
         from harness.targets.prefill.v0_5_14 import parallel_view
@@ -331,6 +334,22 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
     if held != indices:
         wrong.append(f"its `cuda_graph_kv_indices`[:{len(indices)}] holds {held[:16]} where the batch's "
                      f"req_to_token rows imply {indices[:16]}")
+    window = backend.sliding_window_size or 0
+    if window > 0 and batch.forward_mode != "TARGET_VERIFY":  # the window layers' rail: each row's last W keys
+        lens = [min(n, window) for n in lens]
+        indptr = [0]
+        for n in lens:
+            indptr.append(indptr[-1] + n)
+        indices = [slot for slots, n in zip(target.pools.staged_slots, batch.seq_lens)
+                   for slot in slots[n - min(n, window):n]] + [0] * sum(lens[batch.batch_size:])
+        held = backend.window_kv_indptr[:padded + 1].tolist()
+        if held != indptr:
+            wrong.append(f"its `window_kv_indptr`[:{padded + 1}] holds {held} where a window of {window} over the "
+                         f"batch implies {indptr}")
+        held = backend.cuda_graph_window_kv_indices[:len(indices)].tolist()
+        if held != indices:
+            wrong.append(f"its `cuda_graph_window_kv_indices`[:{len(indices)}] holds {held[:16]} where each "
+                         f"request's last {window} slots are {indices[:16]}")
     mask = batch.custom_mask()
     verify_mask = getattr(backend, "_verify_mask", None)
     if mask is not None and verify_mask is not None:  # the verify mask the replay's kernels read, request by request
@@ -381,7 +400,9 @@ def check_eager_against_reference(target: RealModelTarget, batch, eager: torch.T
     counterpart: its eager is held to replay only."""
     backend = target.reference_attn_backend
     if batch.forward_mode != "TARGET_VERIFY":
-        eager_matches_reference(eager, target.eager(batch, attn_backend=backend).next_token_logits, where)
+        with triton_decode_windows(target.model):
+            reference = target.eager(batch, attn_backend=backend).next_token_logits
+        eager_matches_reference(eager, reference, where)
         return
     drafts = target.case.spec.num_draft_tokens
     chain = [[[col <= row for col in range(drafts)] for row in range(drafts)]] * batch.batch_size

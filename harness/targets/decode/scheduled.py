@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from harness.models.real import triton_decode_windows
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeBatch
 from harness.targets.decode.real_model import check_replay, eager_matches_reference, kernels
@@ -268,7 +269,8 @@ class Alone:
         batch.input_ids = torch.tensor(req.output_ids[-1:], dtype=torch.int64, device=batch.device)
         with kernels():
             batch.prepare_for_decode()
-        return self.target.run_eager(scheduler.forward_batch(batch), backend).next_token_logits[0]
+        with triton_decode_windows(self.target.model):  # the window the batch's Triton decode reads
+            return self.target.run_eager(scheduler.forward_batch(batch), backend).next_token_logits[0]
 
 
 def held_against_history(batch: ScheduledBatch, index: int, history: list[int]) -> str:

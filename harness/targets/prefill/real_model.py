@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import torch
 
 from harness.errors import PathMissing
-from harness.models.real import FAMILIES, missing
+from harness.models.real import FAMILIES, missing, sliding_window_size
 from harness.models.real.pools import Pools
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
@@ -101,7 +101,7 @@ class RealModelPrefillTarget(v0_5_14.Target):
         layers = [m for m in self.model.modules() if isinstance(m, RadixAttention)]
         pools.bind(runner)
         for name, value in dict(
-                model_config=self.real.model_config, page_size=1, sliding_window_size=None,
+                model_config=self.real.model_config, page_size=1, sliding_window_size=sliding_window_size(self.real),
                 prefill_attention_backend_str="triton", attention_layers=layers,
                 mha_companion_layers=[None] * len(layers), moe_layers=[None] * len(layers),
                 moe_fusions=[None] * len(layers),
