@@ -2,6 +2,7 @@
 by another, so each test is collected once, where it is written."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 from harness.counter import counter
 from harness.models import capture_queries
 from harness.oracles import capture_context
-from harness.oracles import dynamo_evidence
+from harness.oracles import dp_gather, dynamo_evidence
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.recompile import RecompileWatcher
@@ -19,6 +20,7 @@ from harness.record import example
 from harness.oracles.decode_replay import check_compiled_forwards_match_eager, check_replays_match_eager
 from harness.oracles.patch_contract import check_patch_model_contract, expected_sizes
 from harness.targets import decode
+from harness.targets.sglang_plumbing import load
 from harness.versions import sglang_version
 from harness.targets.decode.planned import KINDS, PlannedReplays
 from harness.targets.decode.switches import RunnerSwitches
@@ -101,8 +103,14 @@ def run_switched(case, draw_batches, device, personality, layout, ex, check, **k
         drawn[:] = draw_batches(sizes)
         return drawn
 
-    with case.switches.environment() as profile_dir, replay_log() as lines:
+    runner = load(layout.runner_module)
+    gathers = case.switches.dp_gather and hasattr(runner, "set_dp_buffer_len")
+    with case.switches.environment() as profile_dir, replay_log() as lines, \
+            (dp_gather.observing(runner) if gathers else contextlib.nullcontext()) as published:
         target = capture_and_check(case, batches_for, device, personality, layout, ex, **kwargs)
+        if gathers:
+            width = target.case.tokens_per_request
+            dp_gather.check_published(published, [bs * width for bs in target.capture_bs])
         if case.switches.log_graph_key and personality == "cuda":
             check_replay_log(lines, target.case, drawn)
         check(target, drawn, profile_dir)

@@ -21,7 +21,7 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   positions left uncopied (the tensor identity check dropped), the plan-time record never cleared. A draft worker's
   glue: its static-verify or draft-worker check inverted, a glued prep re-installing without replay.
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
-  requests.
+  requests, the capture's gather lengths left unpublished (`dp-gather`: outputs unchanged on one rank).
 - Elastic EP's graph reset (`drop_elastic_cuda_graph_state`): the backend's cleanup skipped, the full backend's
   cleanup keeping its graphs, the shared graph pool kept.
 """
@@ -181,6 +181,12 @@ MUTANTS = {
                 "            return [num_tokens // self.captured_req_width]\n")],
         oracle="eager-equality",
         texts=["not bit-equal to eager"]),
+    "dp_lengths_not_published": Mutant(  # the seed-7 survivor: one rank's outputs do not change
+        test=DP_GATHER,
+        edits=[(RUNNER, "        if self.require_attn_tp_gather:\n            return [num_tokens]\n",
+                "        if self.require_attn_tp_gather:\n            return None\n")],
+        oracle="dp-gather",
+        texts=["global_num_tokens None and global_dp_buffer_len None", "gather [1] into 1 rows"]),
     "dspark_glue_asks_draft_declaration": Mutant(
         test=DSPARK_GLUE,
         edits=[(RUNNER, "        why = self.attn_backend.glue_target_verify_metadata()\n",

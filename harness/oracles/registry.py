@@ -87,6 +87,9 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "never for a padded replay", "harness/oracles/metadata_glue.py", ("test_decode_glue_mutants.py",)),
     Oracle("prefilled-inputs", "a pre-planned DSPARK verify replay skips its inputs' copy once per load",
            "harness/oracles/prefilled_inputs.py", ("test_decode_glue_mutants.py",)),
+    Oracle("dp-gather", "a decode runner that gathers DP buffers publishes, for each graph it captures, the gathered "
+           "lengths its rows imply (one rank of n rows: [n], n buffer rows)", "harness/oracles/dp_gather.py",
+           ("test_decode_glue_mutants.py",)),
     Oracle("replay-log", "`SGLANG_LOG_DECODE_GRAPH_KEY` logs one line per replay with the size, mode and request "
            "count the batch implies", "harness/oracles/replay_log.py", ("test_decode_glue_mutants.py",)),
     Oracle("rebinding-by-value-import", "no module on the capture/compile path imports by value a name SGLang "
