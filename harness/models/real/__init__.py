@@ -4,7 +4,8 @@
 SGLang's own `ModelConfig` and model loader with `load_format="dummy"` (`DummyModelLoader`: the class SGLang's
 registry names for the architecture, built on the CPU, weights from SGLang's `initialize_dummy_weights`). The
 loader's default range (+-1e-3) makes every logit ~1e-6, where a stale attention input hardly moves the output, so
-the weights are drawn again by the same initialiser over +-`WEIGHT_RANGE`.
+the weights are drawn again by the same initialiser over +-`WEIGHT_RANGE`, and SGLang's post-load fixup runs again
+on them (as the loader runs it after its own draw: MLA's absorbed weights come from `kv_b_proj`).
 
 SGLang's custom ops take their pure-torch path here: `BaseFusedOp` dispatch finds no CUDA and no AMX, so it
 resolves to `forward_native`; the rotary embedding decides at construction, from its module's `_is_cpu`, whether
@@ -59,6 +60,9 @@ class Family:
     # device refuses it at a site in that SGLang file, with CUDA's text; eager is still checked
     capture_refusal: tuple[str, str] | None = None
     mrope: bool = False  # the text path reads `ForwardBatch.mrope_positions` ([3, tokens]) instead of positions
+    # why a captured prefill runs other kernels than eager's extend for this family (its replay is then held to
+    # eager within `same`'s tolerance, not bit for bit), or None: the same kernels
+    captured_prefill_path: str | None = None
 
     @property
     def model_file(self) -> str:
@@ -131,7 +135,9 @@ FAMILIES = {
     "moe": Family("moe", "Qwen2MoeForCausalLM", "qwen2_moe", _moe_qwen2(), capture_refusal=(
         "fused_moe_native.py", "SGLang's non-CUDA MoE path (moe_forward_native, which forward_cpu takes without AMX) "
         "copies tokens_per_expert to the host and loops over experts: data-dependent, not capturable")),
-    "mla": Family("mla", "DeepseekV2ForCausalLM", "deepseek_v2", _mla_deepseek_v2()),
+    "mla": Family("mla", "DeepseekV2ForCausalLM", "deepseek_v2", _mla_deepseek_v2(), captured_prefill_path=(
+        "SGLang pins the absorbed MLA method in a captured prefill (`_handle_attention_backend`: MHA shapes vary "
+        "with the KV length), where eager extends through MHA: the same attention by other kernels")),
     "swa": Family("swa", "Gemma2ForCausalLM", "gemma2", _swa_gemma2()),
     "vlm": Family("vlm", "Qwen2VLForConditionalGeneration", "qwen2_vl", _vlm_qwen2(), mrope=True),
 }
@@ -204,9 +210,23 @@ def build(family: str, path: str | None = None, seed: int = 1234) -> RealModel:
                           device_config=DeviceConfig("cpu"))
     with torch.no_grad():
         initialize_dummy_weights(model, low=-WEIGHT_RANGE, high=WEIGHT_RANGE, seed=seed)
+        _post_load(model)  # what derives from the weights follows the new ones (MLA's absorbed w_kc / w_vc)
     model.requires_grad_(False)  # inference weights (a VLM's vision tower is built with trainable parameters)
     return RealModel(spec, model, config, path)
 
+
+
+def _post_load(model: Any) -> None:
+    """SGLang's post-load fixup, as its `DummyModelLoader` runs it after drawing weights (`post_load_weights`:
+    DeepSeek's MLA splits `kv_b_proj` into the absorbed `w_kc` / `w_vc` its decode reads); the model's own method
+    on releases whose loader has no such function."""
+    import sglang.srt.model_loader.loader as loader
+
+    fixup = getattr(loader, "post_load_weights", None)
+    if fixup is not None:
+        fixup(model)
+    elif hasattr(model, "post_load_weights"):
+        model.post_load_weights()
 
 
 def sliding_window_size(real: RealModel) -> int | None:
