@@ -252,12 +252,16 @@ def prefill_examples(draw):
     prompt = st.lists(st.integers(0, vocab - 1), min_size=1, max_size=MAX_PROMPT).map(tuple)
     batches = draw(st.lists(st.lists(prompt, min_size=1, max_size=3).map(tuple), min_size=1, max_size=2),
                    label="batches")
-    return tuple(sorted(counts)), batches
+    # per prompt, the tokens an earlier chunk of SGLang's chunked prefill has prefilled (0: a new request)
+    chunks = [[draw(st.one_of(st.just(0), st.integers(0, len(p) - 1))) for p in b] for b in batches]
+    return tuple(sorted(counts)), batches, chunks
 
 
-# capture 8 and 16: 8 tokens (a captured count), 15 (padded to 16), then 20 (no graph holds it)
-PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), ((5,) * 9, (3, 4), (7, 7, 7, 7)),
-                           ((6,) * 12, (2,) * 8)])
+# capture 8 and 16: 8 tokens (a captured count); 11 (padded to 16), the 9-token prompt's first 4 prefilled by an
+# earlier chunk (chunked prefill: its 5 extend on a cached prefix; distinct tokens, so the prefix's values differ
+# from the rest and losing it shows); then 20 (no graph holds it)
+PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), (tuple(range(21, 30)), (3, 4), (7, 7, 7, 7)),
+                           ((6,) * 12, (2,) * 8)], [[0, 0], [4, 0, 0], [0, 0]])
 
 
 def run_prefill(family, drawn, suite=None, deterministic=False):
@@ -265,21 +269,22 @@ def run_prefill(family, drawn, suite=None, deterministic=False):
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
 
-    counts, batches = drawn
+    counts, batches, chunks = drawn
     suite = suite or ("real_models_deterministic" if deterministic else "real_models_prefill")
     case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
     with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
-                 **({"deterministic": True} if deterministic else {})) as ex:
+                 chunks=chunks, **({"deterministic": True} if deterministic else {})) as ex:
         try:
             with RecompileWatcher("real model prefill forward") as watcher:
                 target = RealModelPrefillTarget(case, family)
                 watcher.arm()
-                verdicts = [check_prefill(target, prompts, index) for index, prompts in enumerate(batches)]
+                verdicts = [check_prefill(target, prompts, index, chunked)
+                            for index, (prompts, chunked) in enumerate(zip(batches, chunks))]
                 watcher.check("a prefill replay compiled a frame")
         except PathMissing as missing:
             pytest.skip(str(missing))
         ex.note("prefills", verdicts)
-        ex.note("replayed", [("EXTEND", sum(len(p) for p in b)) for b, v in zip(batches, verdicts)
+        ex.note("replayed", [("EXTEND", sum(len(p) for p in b) - sum(c)) for b, c, v in zip(batches, chunks, verdicts)
                              if v == "replayed"])
 
 
@@ -407,8 +412,9 @@ def replay_case(drawn: dict) -> None:
     family = drawn.get("family", "dense")
     if "batches" in drawn:  # a prefill example (test_real_model_prefill_breakable_matches_eager)
         with get_device("cpu").install("cuda"):
-            run_prefill(family, (tuple(drawn["capture_tokens"]), [tuple(tuple(p) for p in b)
-                                                                   for b in drawn["batches"]]),
+            batches = [tuple(tuple(p) for p in b) for b in drawn["batches"]]
+            chunks = drawn.get("chunks") or [[0] * len(b) for b in batches]  # records before chunked prefill
+            run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks),
                         deterministic=bool(drawn.get("deterministic")))
         return
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)

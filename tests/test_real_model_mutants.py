@@ -31,6 +31,10 @@ and clean SGLang must pass the same case.
   `RadixAttention._eager_attention` between captured segments; with `save_kv_cache` passed as False the replay's
   logits are right and its K/V are never written. The diagnosis names the KV buffer and the slots.
 
+- extend_reading_no_cached_prefix: the Triton backend's extend metadata built from zero prefix lengths; only a
+  chunked-prefill batch (a request extending its cached first chunk) shows it, and there eager (like the replay)
+  differs from SGLang's torch-native attention over the same cache.
+
 - prefill_padding_limit_raised: the prefill runner's limit on graph padding (a bucket at most twice the batch's
   tokens) raised to 4: a batch the harness's rule (`admission.padding_refusal`) says must run eager is offered a
   graph (`admission`).
@@ -298,3 +302,43 @@ def test_prefill_padding_limit_raised_fails_admission(monkeypatch):
     assert failure.value.oracle == "admission"
     assert ("the runner offers a graph though its 3 tokens would be padded to 8, more than 2x"
             in failure.value.diagnosis)
+
+
+# chunked prefill: the 9-token prompt's first 4 tokens prefilled by an earlier chunk, its 5 extend with 2 new tokens
+CHUNKED = ((tuple(range(21, 30)), (3, 4)), [4, 0])  # distinct tokens: a prompt of one token repeated has one V
+
+
+def test_clean_sglang_passes_a_chunked_prefix_prefill():
+    from harness.targets.prefill.real_model import check_prefill
+
+    load()
+    with get_device("cpu").install("cuda"):
+        assert check_prefill(_prefill_target("dense"), *CHUNKED[:1], 0, CHUNKED[1]) == "replayed"
+
+
+def test_extend_reading_no_cached_prefix_fails_against_the_torch_reference(monkeypatch):
+    """`TritonAttnBackend.init_forward_metadata` builds an extend batch's prefix KV indices from zero prefix
+    lengths: a request that extends a cached prefix (chunked prefill) attends to its new tokens only, in the graph's
+    replay and eager alike, so replay equals eager; SGLang's torch-native attention over the same cache does not,
+    and the check of eager against it fails. Only a batch with a cached prefix shows it: the tiny prefill model
+    runs no Triton backend, and a batch of new requests has no prefix to lose."""
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    from harness.targets.prefill.real_model import check_prefill
+
+    mutant = edited(TritonAttnBackend.init_forward_metadata,
+                    "                forward_batch.extend_prefix_lens,\n"
+                    "                forward_batch.req_pool_indices,\n                kv_indices,\n",
+                    "                torch.zeros_like(forward_batch.extend_prefix_lens),\n"
+                    "                forward_batch.req_pool_indices,\n                kv_indices,\n")
+    load()
+    with get_device("cpu").install("cuda"):
+        target = _prefill_target("dense")
+        assert check_prefill(target, CHUNKED[0], 0) == "replayed"  # new requests: nothing to lose
+        monkeypatch.setattr(TritonAttnBackend, "init_forward_metadata", mutant)
+        with pytest.raises(OracleFailure) as failure:
+            check_prefill(target, *CHUNKED[:1], 1, CHUNKED[1])
+    assert failure.value.oracle == "eager-equality", failure.value
+    diagnosis = failure.value.diagnosis
+    assert "cached prefixes [4, 0]" in diagnosis, diagnosis
+    assert "eager on the Triton backend differs from SGLang's torch-native attention" in diagnosis, diagnosis

@@ -91,15 +91,27 @@ def _release_without_insert() -> dict:
         {"is_insert": False}
 
 
-def _admit_whole(req) -> None:
-    """What SGLang's `PrefillAdder` records when it admits a whole prompt (no chunking): the extent to prefill, from
-    the matched prefix to the prompt's end; 0.5.2x as `extend_end`, earlier releases through `set_extend_range`."""
+def _admit_whole(req, end: int | None = None) -> None:
+    """What SGLang's `PrefillAdder` records when it admits a prompt: the extent to prefill, from the matched prefix
+    to the prompt's end (`end`: a chunk's end instead, as `add_chunked_req` truncates); 0.5.2x as `extend_end`,
+    earlier releases through `set_extend_range`."""
     prefix = req.prefix_len if hasattr(req, "prefix_len") else len(req.prefix_indices)
-    end = len(req.full_untruncated_fill_ids)
+    end = len(req.full_untruncated_fill_ids) if end is None else end
     if hasattr(req, "set_extend_range"):
         req.set_extend_range(prefix, end)
     else:
         req.extend_end = end
+
+
+def chunking_missing() -> str | None:
+    """Why the installed release's chunked prefill is not driven here (naming what it lacks), or None."""
+    from harness.versions import sglang_version
+
+    import sglang.srt.mem_cache.common as common
+
+    if not hasattr(common, "checkpoint_kv_cache"):
+        return f"SGLang {sglang_version()} has no sglang.srt.mem_cache.common.checkpoint_kv_cache: no chunk handover"
+    return None
 
 
 class Scheduler:
@@ -146,14 +158,39 @@ class Scheduler:
         with kernels():  # up to 0.5.1x an extend batch's positions come from a Triton kernel
             return ForwardBatch.init_new(batch, self.model_runner, return_hidden_states_before_norm=False)
 
-    def extend_batch(self, prompts) -> Any:
-        """SGLang's extend batch of new requests for `prompts`, prepared (slots and pool rows allocated)."""
+    def extend_batch(self, prompts, chunks=None) -> Any:
+        """SGLang's extend batch of new requests for `prompts`, prepared (slots and pool rows allocated). `chunks`:
+        per prompt, how many of its tokens an earlier chunk of SGLang's chunked prefill has already prefilled (0:
+        none); those chunks run first (`_prefill_chunks`), and the batch returned extends each prompt's rest on
+        its cached prefix."""
+        reqs = self._requests(prompts)
+        if chunks and any(chunks):
+            self._prefill_chunks([(req, chunk) for req, chunk in zip(reqs, chunks) if chunk])
+        return self._prepared(reqs)
+
+    def _prefill_chunks(self, chunked) -> None:
+        """The scheduler's chunked prefill up to the last chunk: each request admitted up to its chunk's end
+        (`add_chunked_req`), the chunks prefilled eager as one extend batch (their K/V into the pools), then each
+        request handed over as the scheduler does between chunks (`checkpoint_kv_cache`: its prefix now the chunk,
+        `init_next_round_input`) and admitted for the rest."""
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache
+
+        for req, chunk in chunked:
+            _admit_whole(req, end=chunk)
+        batch = self._prepared([req for req, _ in chunked])
+        self.target.run_eager(self.forward_batch(batch), self.target.eager_attn_backend)
+        for req, _ in chunked:
+            checkpoint_kv_cache(req, self.tree_cache)
+            req.init_next_round_input()
+            _admit_whole(req)
+
+    def _prepared(self, reqs) -> Any:
         from sglang.srt.managers.schedule_batch import ScheduleBatch
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         pools = self.pools
         batch = ScheduleBatch.init_new(
-            reqs=self._requests(prompts), req_to_token_pool=pools.req_to_token_pool,
+            reqs=reqs, req_to_token_pool=pools.req_to_token_pool,
             token_to_kv_pool_allocator=pools.allocator, tree_cache=self.tree_cache,
             model_config=self.model_runner.model_config, enable_overlap=False,
             spec_algorithm=SpeculativeAlgorithm.NONE)

@@ -131,16 +131,20 @@ class RealModelPrefillTarget(v0_5_14.Target):
             return self.runner.execute(fb)
 
 
-def check_prefill(target: RealModelPrefillTarget, prompts, index: int) -> str:
-    """See the module docstring; returns "replayed" or "refused" (a batch no captured count holds)."""
-    from harness.targets.decode.scheduled import Scheduler
+def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=None) -> str:
+    """See the module docstring; returns "replayed" or "refused" (a batch no captured count holds). `chunks`: per
+    prompt, the tokens an earlier chunk prefilled (SGLang's chunked prefill; the batch extends the rest)."""
+    from harness.targets.decode.scheduled import Scheduler, chunking_missing
 
+    if chunks and any(chunks) and chunking_missing():
+        raise PathMissing(chunking_missing())
     scheduler = Scheduler(target, target.pools, target.model_runner)
-    batch = scheduler.extend_batch(prompts)
+    batch = scheduler.extend_batch(prompts, chunks)
     fb = scheduler.forward_batch(batch)
     tokens = int(fb.input_ids.shape[0])
     captured = tuple(target.case.capture_tokens)
-    where = (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens, pool rows "
+    prefixes = f", cached prefixes {list(chunks)}" if chunks and any(chunks) else ""
+    where = (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens{prefixes}, pool rows "
              f"{fb.req_pool_indices.tolist()}, captured token counts {list(captured)})")
     offered = bool(target.runner.can_run_graph(fb))
     refusal = (f"its {tokens} tokens exceed the largest captured count {max(captured)}" if tokens > max(captured)
