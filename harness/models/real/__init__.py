@@ -14,7 +14,7 @@ to bind a GPU fallback kernel (`vllm._custom_ops`, absent here), so that flag is
 `sgl_kernel` stand-in is never reached (each of its kernels raises `SglKernelStandInCalled`, so a run that
 passes called none).
 
-Families (`FAMILIES`; one layer, hidden 64, vocab 128, float32):
+Families (`FAMILIES`; one layer (swa: two), hidden 64, vocab 128, float32):
 - dense: `LlamaForCausalLM` (GQA: 4 query heads, 2 KV heads);
 - moe: `Qwen2MoeForCausalLM` (4 experts, top 2, a gated shared expert whose gate is a Triton kernel of SGLang's).
   Its experts take SGLang's non-CUDA MoE path (`UnquantizedFusedMoEMethod.forward_cpu` without AMX ->
