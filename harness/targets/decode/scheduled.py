@@ -91,7 +91,7 @@ def _release_without_insert() -> dict:
         {"is_insert": False}
 
 
-def _admit_whole(req, end: int | None = None) -> None:
+def _admit(req, end: int | None = None) -> None:
     """What SGLang's `PrefillAdder` records when it admits a prompt: the extent to prefill, from the matched prefix
     to the prompt's end (`end`: a chunk's end instead, as `add_chunked_req` truncates); 0.5.2x as `extend_end`,
     earlier releases through `set_extend_range`."""
@@ -147,7 +147,7 @@ class Scheduler:
                       sampling_params=SamplingParams(temperature=0, max_new_tokens=MAX_NEW_TOKENS))
             req.init_next_round_input(self.tree_cache)  # the scheduler's admission: fill ids, prefix match
             req.logprob_start_len = -1  # no logprobs asked
-            _admit_whole(req)
+            _admit(req)
             self.next_rid += 1
             reqs.append(req)
         return reqs
@@ -176,13 +176,13 @@ class Scheduler:
         from sglang.srt.mem_cache.common import checkpoint_kv_cache
 
         for req, chunk in chunked:
-            _admit_whole(req, end=chunk)
+            _admit(req, end=chunk)
         batch = self._prepared([req for req, _ in chunked])
         self.target.run_eager(self.forward_batch(batch), self.target.eager_attn_backend)
         for req, _ in chunked:
             checkpoint_kv_cache(req, self.tree_cache)
             req.init_next_round_input()
-            _admit_whole(req)
+            _admit(req)
 
     def _prepared(self, reqs) -> Any:
         from sglang.srt.managers.schedule_batch import ScheduleBatch
