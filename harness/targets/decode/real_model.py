@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import itertools
 from typing import Any
 
 import torch
@@ -320,9 +321,7 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
     padded = min(s for s in target.capture_bs if s >= batch.batch_size)
     fill = backend.get_cuda_graph_seq_len_fill_value()
     lens = list(batch.seq_lens) + [fill] * (padded - batch.batch_size)
-    indptr = [0]
-    for n in lens:
-        indptr.append(indptr[-1] + n)
+    indptr = list(itertools.accumulate(lens, initial=0))
     indices = [slot for slots, n in zip(target.pools.staged_slots, batch.seq_lens) for slot in slots[:n]] + \
         [0] * (fill * (padded - batch.batch_size))  # a verify batch's rows also map its drafts, past seq_len
     wrong = []
@@ -337,9 +336,7 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
     window = backend.sliding_window_size or 0
     if window > 0 and batch.forward_mode != "TARGET_VERIFY":  # the window layers' rail: each row's last W keys
         lens = [min(n, window) for n in lens]
-        indptr = [0]
-        for n in lens:
-            indptr.append(indptr[-1] + n)
+        indptr = list(itertools.accumulate(lens, initial=0))
         indices = [slot for slots, n in zip(target.pools.staged_slots, batch.seq_lens)
                    for slot in slots[n - min(n, window):n]] + [0] * sum(lens[batch.batch_size:])
         held = backend.window_kv_indptr[:padded + 1].tolist()

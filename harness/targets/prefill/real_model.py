@@ -136,8 +136,9 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     prompt, the tokens an earlier chunk prefilled (SGLang's chunked prefill; the batch extends the rest)."""
     from harness.targets.decode.scheduled import Scheduler, chunking_missing
 
-    if chunks and any(chunks) and chunking_missing():
-        raise PathMissing(chunking_missing())
+    unchunkable = chunking_missing() if chunks and any(chunks) else None
+    if unchunkable:
+        raise PathMissing(unchunkable)
     scheduler = Scheduler(target, target.pools, target.model_runner)
     batch = scheduler.extend_batch(prompts, chunks)
     fb = scheduler.forward_batch(batch)
