@@ -368,11 +368,12 @@ def record_crash(run: Run, nodeid: str, worker: str, report) -> None:
     diagnosis = (f"the example ran past {EXAMPLE_TIMEOUT}={run.example_timeout:g} s; every thread's stack is in "
                  "details" if hung else f"the worker process died while running this example ({report.longrepr})")
     drawn = example.get("drawn")
-    row = {**example, "test": nodeid, "verdict": "error", "oracle": oracle, "diagnosis": diagnosis,
-           "details": {"stacks": stacks}, "seconds": time.time() - example.get("started", time.time()),
-           **run.context}
-    row.pop("started", None)
-    record.write_to(run.report_dir / "examples.jsonl", row)
+    if example:  # a test that died outside a drawn example (a self-test, a fixture) has a failure, no example
+        row = {**example, "test": nodeid, "verdict": "error", "oracle": oracle, "diagnosis": diagnosis,
+               "details": {"stacks": stacks}, "seconds": time.time() - example.get("started", time.time()),
+               **run.context}
+        row.pop("started", None)
+        record.write_to(run.report_dir / "examples.jsonl", row)
     failure = {"test": nodeid, "replay": replay_command(run, nodeid, None, (drawn or {}).get("personality")),
                "oracle": oracle,
                "diagnosis": diagnosis, "drawn": drawn, "details": {"stacks": stacks}, **run.context}

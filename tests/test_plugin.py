@@ -209,13 +209,15 @@ def test_the_run_lives_in_the_config_stash(pytestconfig):
     assert run.context["run_id"] and "HARNESS_RUN_ID" not in os.environ
 
 
-def crashed_worker_report(tmp_path, worker: str, hang: str = "") -> tuple[pytest.TestReport, pytest_plugin.Run]:
+def crashed_worker_report(tmp_path, worker: str, hang: str = "",
+                          inflight: bool = True) -> tuple[pytest.TestReport, pytest_plugin.Run]:
     """What xdist's controller hands pytest_handlecrashitem when `worker` died, with the example it left in
     flight (and, for a hang, the watchdog's dump)."""
     run = pytest_plugin.Run(tmp_path, 5.0, context={"device": "cpu", "personality": "cuda", "profile": "gate",
                                                     "seed": 3, "run_id": "r"})
-    record.inflight_path(tmp_path, worker).write_text(json.dumps({"suite": "crashy", "drawn": {"n": 3},
-                                                                  "started": time.time()}))
+    if inflight:
+        record.inflight_path(tmp_path, worker).write_text(json.dumps({"suite": "crashy", "drawn": {"n": 3},
+                                                                      "started": time.time()}))
     if hang:
         record.hang_path(tmp_path, worker).write_text(hang)
     config = types.SimpleNamespace(stash=pytest.Stash())
@@ -238,6 +240,18 @@ def test_a_crashed_worker_is_recorded_through_pytest_handlecrashitem(hang, tmp_p
     assert example["verdict"] == "error" and example["suite"] == "crashy" and "started" not in example
     assert ("harness: the example in flight", '{"n": 3}') in report.sections
     assert not record.inflight_path(tmp_path, "gw3").exists() and not record.hang_path(tmp_path, "gw3").exists()
+
+
+def test_a_worker_dying_outside_an_example_is_a_failure_and_the_summary_still_renders(tmp_path):
+    """A self-test (no drawn example in flight) whose worker segfaults: its failure is recorded, no example row
+    without a suite is written, and the run's summary renders (it once raised KeyError: 'suite')."""
+    from reports.summary import summarise
+
+    report, run = crashed_worker_report(tmp_path, "gw0", inflight=False)
+    pytest_plugin.pytest_handlecrashitem(crashitem="t.py::test_x", report=report, sched=None)
+    failure, = failure_records(tmp_path)
+    assert failure["oracle"] == "crash" and failure["drawn"] is None and not load(tmp_path, "examples")
+    assert "t.py::test_x" in summarise(tmp_path, "r")
 
 
 def test_the_targets_command_says_which_paths_the_release_has(monkeypatch, capsys):

@@ -166,14 +166,19 @@ def test_verify_mask_copied_by_an_even_split_fails_naming_the_mask(family, monke
 # two requests on the captured 2, both past the window: 9 and 8 keys, the window rail keeps 6 of each
 WINDOW_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[8, 7], seq_lens=[9, 8],
                                            req_pool_indices=[4, 2]), seed=7)]]
+# for a mutant that widens the graph's window to W + 1 = 7: one request past it (7 keys), one short of it (4), so
+# the rail's 11 entries fit its static buffer of 2 x 6 (two requests past it would write 14, past the buffer's end:
+# heap corruption that once crashed a CI worker, not an oracle's verdict)
+WIDER_WINDOW_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90], positions=[8, 3], seq_lens=[9, 4],
+                                                 req_pool_indices=[4, 2]), seed=7)]]
 
 
-def run_window() -> None:
+def run_window(replays=WINDOW_REPLAYS) -> None:
     from harness.targets.decode.real_model import family_missing
 
     if family_missing("swa"):
         pytest.skip(family_missing("swa"))
-    check_replays(RealModelTarget(CASE, family="swa"), WINDOW_REPLAYS)
+    check_replays(RealModelTarget(CASE, family="swa"), replays)
 
 
 def test_clean_sglang_passes_sliding_window_replays():
@@ -194,11 +199,11 @@ def test_graph_window_one_key_wider_fails_naming_the_window_rail(monkeypatch):
     monkeypatch.setattr(TritonAttnBackend, "_update_decode_kv_buffers", mutant)
     load()
     with get_device("cpu").install("cuda"), pytest.raises(OracleFailure) as failure:
-        run_window()
+        run_window(WIDER_WINDOW_REPLAYS)
     assert failure.value.oracle == "eager-equality", failure.value
     diagnosis = failure.value.diagnosis
     assert "replay differs from eager" in diagnosis, diagnosis
-    assert "its `window_kv_indptr`[:3] holds [0, 7, 14] where a window of 6 over the batch implies [0, 6, 12]" \
+    assert "its `window_kv_indptr`[:3] holds [0, 7, 11] where a window of 6 over the batch implies [0, 6, 10]" \
         in diagnosis, diagnosis
 
 
