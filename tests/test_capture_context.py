@@ -10,6 +10,8 @@ from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
 
 CAPTURE_MODE = "srt/model_executor/runner_utils/capture_mode.py"
 DECODE_RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
+TC_PIECEWISE = "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py"
+INDUCTOR_PIECES = "suites/test_prefill_pcg.py::test_piecewise_inductor_pieces"
 
 
 def test_answers_that_fit_their_phase_pass():
@@ -67,6 +69,22 @@ MUTANTS = {
                 "        get_flags().capture.disable_dispose_tensor = False")],
         oracle="capture-context",
         texts=["get_is_capture_mode() answered True", "while the harness ran an eager"]),
+    # The compile pass no longer switches the fused ops to their compile-safe forward: Dynamo traces the eager
+    # dispatch (the fused CUDA kernel on a GPU). On the CPU both forwards compute the same, so outputs agree.
+    "fused_ops_not_switched_for_compile": Mutant(
+        test=INDUCTOR_PIECES,
+        edits=[(TC_PIECEWISE, "                if compiler != \"eager\":\n"
+                              "                    _toggle_fused_ops(inner_model, reverse=False, num_tokens=16)\n",
+                "")],
+        oracle="capture-context",
+        texts=["out of torch.compile mode", "layers.0.act", "compiler 'inductor'"]),
+    # ... or never switches them back: every eager forward after it runs the compile-safe forward.
+    "fused_ops_left_in_compile_mode": Mutant(
+        test=INDUCTOR_PIECES,
+        edits=[(TC_PIECEWISE, "                _toggle_fused_ops(inner_model, reverse=True, num_tokens=16)",
+                "                pass")],
+        oracle="capture-context",
+        texts=["still in torch.compile mode while the harness serves", "layers.0.act"]),
 }
 
 

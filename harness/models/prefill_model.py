@@ -36,6 +36,9 @@ What it exercises, the way SGLang's own layers do:
 - The multimodal model (`multimodal=True`) is what SGLang's VLM wrappers are: `is_mrope_enabled`, an image
   batch's own embeddings handed to the language model as `input_embeds`, a text-only batch's ids alone (the body
   embeds them; the breakable/full graphs read the input_embeds slot SGLang refills from `get_input_embeddings()`).
+- Each layer holds SGLang's own `SiluAndMul` (a fused op, as every real MLP holds one) and adds
+  `act([0, x]) = silu(0) * x`, exactly 0: SGLang flips fused ops into torch.compile mode for its compile pass, so
+  Dynamo traces the op's compile-safe forward, and the capture-context oracle reads the op's mode at each trace.
 - LoRA (a LoRA server, `PrefillLoRAManagerDouble`): request r's adapter scale s_r adds (s_r, 0) to e[t] of its
   tokens, read by the body from the manager's batch info (static buffers under a graph).
 - Body variants (`BODIES`): "annotated" (the default above); "deepstack", a body that also takes Qwen3-VL's
@@ -48,7 +51,8 @@ What it exercises, the way SGLang's own layers do:
   static pp-proxy buffers are) and the body reads e from it, so the numbers are
   the annotated body's while SGLang must mark the residual's token dimension dynamic from that annotation;
   "blocks", a body keeping its decoder layers under `h` (as GPT-2-style bodies do), which the breakable/full
-  backends cannot find (they capture the module that owns `layers`).
+  backends cannot find (they capture the module that owns `layers`); "lazy_fused", the annotated body whose fused
+  ops were never run before the compile pass (every other body runs them once at construction), as on a server.
 """
 # No `from __future__ import annotations`: the body's annotations are the objects most SGLang model files hand
 # `install_torch_compiled` (the deepstack body below spells them as strings, as files with that import do).
@@ -143,10 +147,28 @@ def register_attention_op():
     return _registered["op"], _registered["breakable"]
 
 
+def fused_activation() -> nn.Module:
+    """SGLang's own `SiluAndMul`, a fused op (`BaseFusedOp`; `MultiPlatformOp` before 0.5.19) as every real MLP
+    holds one: SGLang flips such ops into torch.compile mode for its compile pass (`_toggle_fused_ops`,
+    `_to_torch`), and the capture-context oracle reads that mode at each trace."""
+    from sglang.srt.layers.activation import SiluAndMul
+
+    return SiluAndMul()
+
+
+def resolve_fused_ops(model: nn.Module) -> None:
+    """Run each layer's fused op once, so its dispatch (`_forward_method`, lazy from 0.5.19) is resolved before
+    SGLang's compile pass; see the "lazy_fused" body for what happens when it is not."""
+    for layer in model.modules():
+        if isinstance(layer, PrefillLayer):
+            layer.act(torch.zeros(1, 2 * HIDDEN))
+
+
 class PrefillLayer(nn.Module):
     def __init__(self, layer_id: int):
         super().__init__()
         self.layer_id = layer_id
+        self.act = fused_activation()
 
     def forward(self, h: torch.Tensor, forward_batch) -> torch.Tensor:
         capture_queries.ask(f"PrefillLayer[{self.layer_id}].forward", h.device)  # as a real layer asks
@@ -160,6 +182,7 @@ class PrefillLayer(nn.Module):
         batch_mode = forward_batch.global_forward_mode
         if batch_mode is not None and batch_mode.is_extend():
             x = x * 1.0  # batch-wide prefill: same numbers
+        x = x + self.act(torch.cat([torch.zeros_like(x), x], dim=-1))  # silu(0) * x: adds exactly 0
         output = torch.empty_like(x)
         op, breakable = register_attention_op()
         slots = forward_batch.out_cache_loc
@@ -192,11 +215,14 @@ class PrefillModel(nn.Module):
     compiles): annotated tensor arguments, so SGLang infers the dynamic dimensions itself."""
 
     LAYERS = "layers"  # the attribute holding the decoder layers
+    RESOLVE_FUSED = True  # resolve the fused ops' dispatch at construction (`resolve_fused_ops`)
 
     def __init__(self, num_layers: int = NUM_LAYERS):
         super().__init__()
         self.layers = nn.ModuleList(PrefillLayer(i) for i in range(num_layers))
         self.lora_manager: PrefillLoRAManagerDouble | None = None  # a LoRA server's (set by the target)
+        if self.RESOLVE_FUSED:
+            resolve_fused_ops(self)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: torch.Tensor | None = None) -> torch.Tensor:
@@ -274,8 +300,15 @@ def stage_input(buffer: torch.Tensor, input_ids: torch.Tensor, input_embeds: tor
     return {"intermediate_tensors": IntermediateTensors({"hidden_states": received})}
 
 
+class LazyFusedPrefillModel(PrefillModel):
+    """The annotated body with its fused ops never run before SGLang's compile pass, as a server's are (its
+    warm-up runs no forward on a dense model): their dispatch is still unresolved (`_forward_method` None)."""
+
+    RESOLVE_FUSED = False
+
+
 BODIES = {"annotated": PrefillModel, "deepstack": DeepstackPrefillModel, "unannotated": UnannotatedPrefillModel,
-          "pipeline": pipeline_body, "blocks": BlocksPrefillModel}
+          "pipeline": pipeline_body, "blocks": BlocksPrefillModel, "lazy_fused": LazyFusedPrefillModel}
 NUM_DEEPSTACK = 1  # deepstack embeddings per token the "deepstack" body's outer model declares
 
 

@@ -10,6 +10,15 @@ expectation comes from the case and the device, not from SGLang's flags:
   server ("record LoRA kernels"); tc_piecewise and full without LoRA promise nothing;
 - while the harness serves (its eager references and replays, after the target was built), both answers must be
   "not capturing": a flag left on after capture sends an eager forward down a capture-only branch.
+
+The same holds for the compile mode SGLang tells its fused ops (`BaseFusedOp.is_torch_compile`, which picks the
+forward Dynamo traces and which real layers branch on: `fp8_activation` reads it). The evidence is the state of the
+compiled module's fused ops when Dynamo hands each traced graph to the backend
+(`dynamo_evidence.TraceRecorder`), and their state once the target is built:
+
+- a compile with a compiler other than "eager" (tc_piecewise's Inductor pieces) traces every fused op in
+  torch.compile mode (`_toggle_fused_ops` before the compile pass); with "eager" SGLang promises nothing;
+- while the harness serves, every fused op is out of it again (the pass's `finally` turns it back).
 """
 from __future__ import annotations
 
@@ -47,3 +56,30 @@ def check(log: Sequence[Answer], *, capture_mode_promised: bool, what: str) -> d
     return {"asked": len(log), "during_device_capture": len(captured),
             "query": "absent" if any(a.capture_mode is None for a in log) else "get_is_capture_mode",
             "capture_mode_promised": capture_mode_promised}
+
+
+def check_fused_ops_traced(traces: Sequence, *, compiler: str, what: str) -> dict:
+    """Every fused op of each traced module was in torch.compile mode at the trace, for a non-eager compiler
+    (`traces`: `dynamo_evidence.Trace`s). Returns counts for the record."""
+    judged = [trace for trace in traces if trace.fused_modes]
+    if compiler != "eager":
+        for index, trace in enumerate(judged):
+            off = sorted(name for name, on in trace.fused_modes.items() if not on)
+            if off:
+                raise OracleFailure(
+                    ORACLE, f"{what}: Dynamo traced fused op(s) {off} out of torch.compile mode (trace {index + 1} "
+                            f"of {len(judged)}, compiler {compiler!r}): SGLang must switch every fused op of the "
+                            "compiled module to its compile-safe forward before the compile pass traces it",
+                    fused_off=off, trace=index, compiler=compiler)
+    return {"traces": len(judged), "fused_ops": sorted({name for trace in judged for name in trace.fused_modes}),
+            "compile_mode_promised": compiler != "eager"}
+
+
+def check_fused_ops_at_rest(traces: Sequence, *, what: str) -> None:
+    """While the harness serves, no fused op of a traced module is still in torch.compile mode."""
+    left = sorted({name for trace in traces for name, op in trace.fused_ops.items() if op.is_torch_compile})
+    if left:
+        raise OracleFailure(
+            ORACLE, f"{what}: fused op(s) {left} still in torch.compile mode while the harness serves (SGLang "
+                    "must turn them back after its compile pass: an eager forward then runs the compile-safe "
+                    "forward, and layers branching on is_torch_compile take their compile branch)", fused_on=left)

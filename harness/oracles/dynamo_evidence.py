@@ -70,6 +70,10 @@ class Trace:
     function: Callable | None
     placeholders: list[Placeholder]
     fresh: bool = True
+    # the compiled module's fused ops (SGLang's `BaseFusedOp` / `MultiPlatformOp`: they have
+    # `enter_torch_compile`) by module name, and whether each was in torch.compile mode while Dynamo traced it
+    fused_ops: dict[str, torch.nn.Module] = dataclasses.field(default_factory=dict)
+    fused_modes: dict[str, bool] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> dict:
         return {p.source: {"sizes": list(p.sizes), "symbolic": list(p.symbolic), "strict": list(p.strict)}
@@ -100,6 +104,14 @@ def _placeholders(gm: torch.fx.GraphModule) -> list[Placeholder]:
 _TRACED_CODES: set = set()  # code objects some recorder saw traced in this process
 
 
+def fused_ops_of(owner: object) -> dict[str, torch.nn.Module]:
+    """The fused ops under a compiled bound method's module (none for a plain function)."""
+    if not isinstance(owner, torch.nn.Module):
+        return {}
+    return {name: module for name, module in owner.named_modules()
+            if hasattr(module, "enter_torch_compile") and hasattr(module, "is_torch_compile")}
+
+
 class TraceRecorder:
     """Context manager: every graph a `torch.compile` made while active hands its callable backend is recorded
     in `traces` (first trace first), then compiled by that backend as before. `stop()` ends it early."""
@@ -108,11 +120,13 @@ class TraceRecorder:
         self.traces: list[Trace] = []
         self._patch = None
 
-    def _recording(self, backend: Callable, function: Callable | None) -> Callable:
+    def _recording(self, backend: Callable, function: Callable | None, owner: object = None) -> Callable:
         @functools.wraps(backend)
         def record(gm, example_inputs):
             code = getattr(function, "__code__", None)
-            self.traces.append(Trace(function, _placeholders(gm), fresh=code not in _TRACED_CODES))
+            fused = fused_ops_of(owner)
+            self.traces.append(Trace(function, _placeholders(gm), fresh=code not in _TRACED_CODES, fused_ops=fused,
+                                     fused_modes={name: bool(op.is_torch_compile) for name, op in fused.items()}))
             _TRACED_CODES.add(code)
             return backend(gm, example_inputs)
         return record
@@ -123,7 +137,8 @@ class TraceRecorder:
         def compile_recording(model=None, *args, **kwargs):
             backend = kwargs.get("backend")
             if callable(backend):
-                kwargs["backend"] = self._recording(backend, getattr(model, "__func__", model))
+                kwargs["backend"] = self._recording(backend, getattr(model, "__func__", model),
+                                                    getattr(model, "__self__", None))
             return original(model, *args, **kwargs)
 
         self._patch = mock.patch.object(torch, "compile", compile_recording)

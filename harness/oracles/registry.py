@@ -71,7 +71,8 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "harness/oracles/stream_order.py",
            ("test_capture_legality.py", "test_legality_mutants.py", "test_overlap_barrier.py")),
     Oracle("capture-context", "a layer is told it is capturing exactly while the device captures, where the path "
-           "promises it, and never while the harness serves", "harness/oracles/capture_context.py",
+           "promises it, and never while the harness serves; a fused op is in torch.compile mode whenever a "
+           "non-eager compile traces it, and never while the harness serves", "harness/oracles/capture_context.py",
            ("test_capture_context.py",)),
     Oracle("process-state", "SGLang's process-wide capture state is back at rest after every step",
            "harness/oracles/process_state.py", ("test_prefill_mutants.py",)),

@@ -161,6 +161,8 @@ class PrefillSession:
         the case implies."""
         self.streams.check("capture")
         self.check_capture_context("capture")
+        capture_context.check_fused_ops_traced(self.compile_traces.traces, compiler=self.case.compiler,
+                                               what=f"prefill {self.case.backend} compile pass")
         traces = self.recompiles.warmup_compiles
         if one_trace and not self.one_trace_gap and self.case.backend == "tc_piecewise" and traces != 1:
             guard = " ".join(self.warmup_guards[-1].split()) if self.warmup_guards else "(no guard failure logged)"
@@ -264,8 +266,9 @@ class PrefillSession:
     def check_capture_context(self, context: str) -> dict:
         """What the layers were told about the capture since the last check (`oracles.capture_context`)."""
         promised = capture_context.promised("prefill", self.case.backend, lora=bool(self.case.lora))
-        counts = capture_context.check(self.answers, capture_mode_promised=promised,
-                                       what=f"prefill {self.case.backend} backend, {context}")
+        what = f"prefill {self.case.backend} backend, {context}"
+        counts = capture_context.check(self.answers, capture_mode_promised=promised, what=what)
+        capture_context.check_fused_ops_at_rest(self.compile_traces.traces, what=what)
         self.answers.clear()
         return counts
 
