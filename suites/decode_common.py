@@ -53,7 +53,11 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
             capture_queries.recording() as answers:
         budget = dynamo_evidence.BudgetWatcher()  # Dynamo's recompile limits vs the sizes compiled
         mark = counter.mark()
-        target = layout.make_target(case, personality=personality, device=device.torch_device, hooks=hooks)
+        with dynamo_evidence.TraceRecorder() as compiles:  # the fused ops' compile mode at each trace
+            target = layout.make_target(case, personality=personality, device=device.torch_device, hooks=hooks)
+        ex.note("fused_ops", capture_context.check_fused_ops_traced(
+            compiles.fused_modes, promised=capture_context.fused_compile_promised(personality),
+            what=f"decode patch_model compile ({personality})"))
         budget.note_limits()
         capture_queries.serving()
         captured = counter.since(mark)["num_graphs_captured"] if device.counts_graphs else None
@@ -87,6 +91,7 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
         watcher.check("a replay compiled a frame")
     ex.note("capture_context", capture_context.check(answers, capture_mode_promised=True,
                                                      what=f"decode runner ({personality})"))
+    capture_context.check_fused_ops_at_rest(compiles.fused_ops(), what=f"decode runner ({personality})")
     return target
 
 

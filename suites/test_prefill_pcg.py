@@ -586,9 +586,9 @@ def run_finding(case: PrefillCase, batch: Batch) -> None:
     "is traced and compiled again inside the capture, its fused ops out of compile mode (capture-context fires on "
     "that second trace, no-recompile on its count)"))
 def test_findings_unresolved_fused_ops_retrace_at_capture():
-    from harness.models.prefill_model import fused_activation
+    from harness.models.fused_ops import silu_and_mul
 
-    if getattr(fused_activation(), "_forward_method", None) is not None:  # MultiPlatformOp: resolved at init
+    if getattr(silu_and_mul(resolve=False), "_forward_method", None) is not None:  # MultiPlatformOp: resolved at init
         pytest.skip(f"SGLang {sglang_version()} resolves a fused op's dispatch at construction: nothing to leave "
                     "unresolved")
     case = PrefillCase(backend="tc_piecewise", capture_tokens=(4, 8), compiler="inductor", body="lazy_fused")

@@ -11,6 +11,8 @@ from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
 CAPTURE_MODE = "srt/model_executor/runner_utils/capture_mode.py"
 DECODE_RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 TC_PIECEWISE = "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py"
+DECORATION = "srt/compilation/torch_compile_decoration.py"
+DECODE_INDUCTOR = "suites/test_decode_capture.py::test_inductor_compiled_replay_matches_eager"
 INDUCTOR_PIECES = "suites/test_prefill_pcg.py::test_piecewise_inductor_pieces"
 
 
@@ -77,7 +79,7 @@ MUTANTS = {
                               "                    _toggle_fused_ops(inner_model, reverse=False, num_tokens=16)\n",
                 "")],
         oracle="capture-context",
-        texts=["out of torch.compile mode", "layers.0.act", "compiler 'inductor'"]),
+        texts=["out of torch.compile mode", "layers.0.act", "prefill tc_piecewise compile pass"]),
     # ... or never switches them back: every eager forward after it runs the compile-safe forward.
     "fused_ops_left_in_compile_mode": Mutant(
         test=INDUCTOR_PIECES,
@@ -85,6 +87,17 @@ MUTANTS = {
                 "                pass")],
         oracle="capture-context",
         texts=["still in torch.compile mode while the harness serves", "layers.0.act"]),
+    # The same two on decode's patch_model (`_to_torch` around its torch.compile).
+    "patch_model_compiles_fused_ops_uncompiled": Mutant(
+        test=DECODE_INDUCTOR,
+        edits=[(DECORATION, "            _to_torch(model, reverse=False, num_tokens=num_tokens)\n", "")],
+        oracle="capture-context",
+        texts=["out of torch.compile mode", "['act']", "decode patch_model compile"]),
+    "patch_model_leaves_fused_ops_in_compile_mode": Mutant(
+        test=DECODE_INDUCTOR,
+        edits=[(DECORATION, "            _to_torch(model, reverse=True, num_tokens=num_tokens)\n", "")],
+        oracle="capture-context",
+        texts=["still in torch.compile mode while the harness serves", "['act']"]),
 }
 
 

@@ -40,6 +40,8 @@ request `r = i // w`:
                      + (global_dp_buffer_len - n))                     forward): the gathered buffers' lengths
                                                                        against the rows they gather (0 when they
                                                                        agree, padding included; 0 without them)
+    h_i += silu(0) * h_i = 0                                          SGLang's own `SiluAndMul` (a fused op, which
+                                                                       patch_model flips into compile mode)
     h_i *= 2               when forward_batch.forward_mode.is_decode()   (a Python branch on the forward mode)
     h_i += scale_r * h_i   when LoRA is on and this graph is not the "nolora" variant; `scale_r` is the
                                                                        request's adapter scale (LORA_SCALES; 0 for a
@@ -65,7 +67,7 @@ from collections.abc import Sequence
 
 import torch
 
-from harness.models import capture_queries
+from harness.models import capture_queries, fused_ops
 
 VOCAB = 8
 HIDDEN = 4
@@ -228,6 +230,7 @@ class DecodeModel(torch.nn.Module):
         self.mrope = mrope
         self.register_buffer("vocab_weight", torch.arange(1, VOCAB + 1, dtype=torch.float32))
         self.shared_experts_config = None  # read by SGLang's BaseRunner.model_context
+        self.act = fused_ops.silu_and_mul()  # SGLang's own fused op, adding exactly 0 (`harness.models.fused_ops`)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: torch.Tensor | None = None, **kwargs):
@@ -262,6 +265,7 @@ class DecodeModel(torch.nn.Module):
         shared = getattr(metadata, "shared_table", None)  # a scheduler-shared table the graph reads (value 0)
         if shared is not None:
             h = h + 0.0 * shared[forward_batch.req_pool_indices.to(torch.int64)].sum().to(torch.float32)
+        h = h + fused_ops.adds_nothing(self.act, h[:, None])[:, 0]  # silu(0) * h = 0
         if forward_batch.forward_mode.is_decode():
             h = h * 2.0
         if self.lora_manager is not None and _hooks["lora_variant"]() != "nolora":

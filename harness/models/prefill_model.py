@@ -61,7 +61,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from harness.models import capture_queries
+from harness.models import capture_queries, fused_ops
 
 HIDDEN = 2
 VOCAB = 4
@@ -147,28 +147,11 @@ def register_attention_op():
     return _registered["op"], _registered["breakable"]
 
 
-def fused_activation() -> nn.Module:
-    """SGLang's own `SiluAndMul`, a fused op (`BaseFusedOp`; `MultiPlatformOp` before 0.5.19) as every real MLP
-    holds one: SGLang flips such ops into torch.compile mode for its compile pass (`_toggle_fused_ops`,
-    `_to_torch`), and the capture-context oracle reads that mode at each trace."""
-    from sglang.srt.layers.activation import SiluAndMul
-
-    return SiluAndMul()
-
-
-def resolve_fused_ops(model: nn.Module) -> None:
-    """Run each layer's fused op once, so its dispatch (`_forward_method`, lazy from 0.5.19) is resolved before
-    SGLang's compile pass; see the "lazy_fused" body for what happens when it is not."""
-    for layer in model.modules():
-        if isinstance(layer, PrefillLayer):
-            layer.act(torch.zeros(1, 2 * HIDDEN))
-
-
 class PrefillLayer(nn.Module):
     def __init__(self, layer_id: int):
         super().__init__()
         self.layer_id = layer_id
-        self.act = fused_activation()
+        self.act = fused_ops.silu_and_mul(resolve=False)  # resolved by the body (`PrefillModel.RESOLVE_FUSED`)
 
     def forward(self, h: torch.Tensor, forward_batch) -> torch.Tensor:
         capture_queries.ask(f"PrefillLayer[{self.layer_id}].forward", h.device)  # as a real layer asks
@@ -182,7 +165,7 @@ class PrefillLayer(nn.Module):
         batch_mode = forward_batch.global_forward_mode
         if batch_mode is not None and batch_mode.is_extend():
             x = x * 1.0  # batch-wide prefill: same numbers
-        x = x + self.act(torch.cat([torch.zeros_like(x), x], dim=-1))  # silu(0) * x: adds exactly 0
+        x = x + fused_ops.adds_nothing(self.act, x)  # silu(0) * x: adds exactly 0
         output = torch.empty_like(x)
         op, breakable = register_attention_op()
         slots = forward_batch.out_cache_loc
@@ -215,14 +198,15 @@ class PrefillModel(nn.Module):
     compiles): annotated tensor arguments, so SGLang infers the dynamic dimensions itself."""
 
     LAYERS = "layers"  # the attribute holding the decoder layers
-    RESOLVE_FUSED = True  # resolve the fused ops' dispatch at construction (`resolve_fused_ops`)
+    RESOLVE_FUSED = True  # run each layer's fused op once at construction, settling its dispatch
 
     def __init__(self, num_layers: int = NUM_LAYERS):
         super().__init__()
         self.layers = nn.ModuleList(PrefillLayer(i) for i in range(num_layers))
         self.lora_manager: PrefillLoRAManagerDouble | None = None  # a LoRA server's (set by the target)
-        if self.RESOLVE_FUSED:
-            resolve_fused_ops(self)
+        if self.RESOLVE_FUSED:  # settle each layer's fused-op dispatch before any compile pass
+            for layer in self.layers:
+                layer.act(torch.zeros(1, 2 * HIDDEN))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: torch.Tensor | None = None) -> torch.Tensor:

@@ -16,8 +16,10 @@ forward Dynamo traces and which real layers branch on: `fp8_activation` reads it
 compiled module's fused ops when Dynamo hands each traced graph to the backend
 (`dynamo_evidence.TraceRecorder`), and their state once the target is built:
 
-- a compile with a compiler other than "eager" (tc_piecewise's Inductor pieces) traces every fused op in
-  torch.compile mode (`_toggle_fused_ops` before the compile pass); with "eager" SGLang promises nothing;
+- decode's `patch_model` compiles with every fused op in torch.compile mode (`_to_torch`), whatever the backend;
+  the NPU platform's override (`patch_model_npu`) does not switch them: npugraph_ex traces the ops' own NPU
+  dispatch (`forward_npu`), so it promises nothing (`fused_compile_promised`); tc_piecewise with a compiler other than "eager" (Inductor pieces) too (`_toggle_fused_ops` before the compile
+  pass); with "eager" it promises nothing;
 - while the harness serves, every fused op is out of it again (the pass's `finally` turns it back).
 """
 from __future__ import annotations
@@ -58,26 +60,29 @@ def check(log: Sequence[Answer], *, capture_mode_promised: bool, what: str) -> d
             "capture_mode_promised": capture_mode_promised}
 
 
-def check_fused_ops_traced(traces: Sequence, *, compiler: str, what: str) -> dict:
-    """Every fused op of each traced module was in torch.compile mode at the trace, for a non-eager compiler
-    (`traces`: `dynamo_evidence.Trace`s). Returns counts for the record."""
-    judged = [trace for trace in traces if trace.fused_modes]
-    if compiler != "eager":
-        for index, trace in enumerate(judged):
-            off = sorted(name for name, on in trace.fused_modes.items() if not on)
+def fused_compile_promised(personality: str) -> bool:
+    """Whether decode's patch_model promises fused ops in compile mode while it compiles (see above)."""
+    return personality != "npu"
+
+
+def check_fused_ops_traced(modes: Sequence[dict[str, bool]], *, promised: bool, what: str) -> dict:
+    """Where promised, every fused op was in torch.compile mode at each Dynamo trace (`modes`: one {op name:
+    is_torch_compile} per trace, `dynamo_evidence.TraceRecorder.fused_modes`). Returns counts for the record."""
+    if promised:
+        for index, traced in enumerate(modes):
+            off = sorted(name for name, on in traced.items() if not on)
             if off:
                 raise OracleFailure(
                     ORACLE, f"{what}: Dynamo traced fused op(s) {off} out of torch.compile mode (trace {index + 1} "
-                            f"of {len(judged)}, compiler {compiler!r}): SGLang must switch every fused op of the "
-                            "compiled module to its compile-safe forward before the compile pass traces it",
-                    fused_off=off, trace=index, compiler=compiler)
-    return {"traces": len(judged), "fused_ops": sorted({name for trace in judged for name in trace.fused_modes}),
-            "compile_mode_promised": compiler != "eager"}
+                            f"of {len(modes)}): SGLang must switch every fused op of the compiled module to its "
+                            "compile-safe forward before it compiles the module", fused_off=off, trace=index)
+    return {"traces": len(modes), "fused_ops": sorted({name for traced in modes for name in traced}),
+            "compile_mode_promised": promised}
 
 
-def check_fused_ops_at_rest(traces: Sequence, *, what: str) -> None:
-    """While the harness serves, no fused op of a traced module is still in torch.compile mode."""
-    left = sorted({name for trace in traces for name, op in trace.fused_ops.items() if op.is_torch_compile})
+def check_fused_ops_at_rest(ops: dict, *, what: str) -> None:
+    """While the harness serves, none of `ops` (fused ops by name) is still in torch.compile mode."""
+    left = sorted(name for name, op in ops.items() if op.is_torch_compile)
     if left:
         raise OracleFailure(
             ORACLE, f"{what}: fused op(s) {left} still in torch.compile mode while the harness serves (SGLang "

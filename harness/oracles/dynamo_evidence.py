@@ -38,6 +38,7 @@ from unittest import mock
 
 import torch
 
+from harness.models.fused_ops import fused_ops_of
 from harness.oracles import OracleFailure
 
 ORACLE = "dynamo-contract"
@@ -70,10 +71,6 @@ class Trace:
     function: Callable | None
     placeholders: list[Placeholder]
     fresh: bool = True
-    # the compiled module's fused ops (SGLang's `BaseFusedOp` / `MultiPlatformOp`: they have
-    # `enter_torch_compile`) by module name, and whether each was in torch.compile mode while Dynamo traced it
-    fused_ops: dict[str, torch.nn.Module] = dataclasses.field(default_factory=dict)
-    fused_modes: dict[str, bool] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> dict:
         return {p.source: {"sizes": list(p.sizes), "symbolic": list(p.symbolic), "strict": list(p.strict)}
@@ -104,51 +101,67 @@ def _placeholders(gm: torch.fx.GraphModule) -> list[Placeholder]:
 _TRACED_CODES: set = set()  # code objects some recorder saw traced in this process
 
 
-def fused_ops_of(owner: object) -> dict[str, torch.nn.Module]:
-    """The fused ops under a compiled bound method's module (none for a plain function)."""
-    if not isinstance(owner, torch.nn.Module):
-        return {}
-    return {name: module for name, module in owner.named_modules()
-            if hasattr(module, "enter_torch_compile") and hasattr(module, "is_torch_compile")}
+def _owner(compiled: object) -> torch.nn.Module | None:
+    """The module whose bound method `torch.compile` was handed, through decorators (`torch.no_grad()(f)`)."""
+    while compiled is not None and not hasattr(compiled, "__self__"):
+        compiled = getattr(compiled, "__wrapped__", None)
+    owner = getattr(compiled, "__self__", None)
+    return owner if isinstance(owner, torch.nn.Module) else None
 
 
 class TraceRecorder:
     """Context manager: every graph a `torch.compile` made while active hands its callable backend is recorded
-    in `traces` (first trace first), then compiled by that backend as before. `stop()` ends it early."""
+    in `traces` (first trace first), then compiled by that backend as before. `stop()` ends it early.
+
+    Whatever the backend (decode's is a string), each frame Dynamo converts while active also records the compile
+    mode of the fused ops of every module compiled so far (`fused_modes`, one {op name: is_torch_compile} per
+    conversion; Dynamo's bytecode hook runs right after the trace); `fused_ops()` are those ops now."""
 
     def __init__(self) -> None:
         self.traces: list[Trace] = []
-        self._patch = None
+        self.fused_modes: list[dict[str, bool]] = []
+        self._owners: list[torch.nn.Module] = []
+        self._patch = self._hook = None
 
-    def _recording(self, backend: Callable, function: Callable | None, owner: object = None) -> Callable:
+    def fused_ops(self) -> dict[str, torch.nn.Module]:
+        return {name: op for owner in self._owners for name, op in fused_ops_of(owner).items()}
+
+    def _recording(self, backend: Callable, function: Callable | None) -> Callable:
         @functools.wraps(backend)
         def record(gm, example_inputs):
             code = getattr(function, "__code__", None)
-            fused = fused_ops_of(owner)
-            self.traces.append(Trace(function, _placeholders(gm), fresh=code not in _TRACED_CODES, fused_ops=fused,
-                                     fused_modes={name: bool(op.is_torch_compile) for name, op in fused.items()}))
+            self.traces.append(Trace(function, _placeholders(gm), fresh=code not in _TRACED_CODES))
             _TRACED_CODES.add(code)
             return backend(gm, example_inputs)
         return record
+
+    def _converted(self, old_code, new_code) -> None:
+        modes = {name: bool(op.is_torch_compile) for name, op in self.fused_ops().items()}
+        if modes:
+            self.fused_modes.append(modes)
 
     def __enter__(self) -> TraceRecorder:
         original = torch.compile
 
         def compile_recording(model=None, *args, **kwargs):
+            owner = _owner(model)
+            if owner is not None and all(owner is not seen for seen in self._owners):
+                self._owners.append(owner)
             backend = kwargs.get("backend")
             if callable(backend):
-                kwargs["backend"] = self._recording(backend, getattr(model, "__func__", model),
-                                                    getattr(model, "__self__", None))
+                kwargs["backend"] = self._recording(backend, getattr(model, "__func__", model))
             return original(model, *args, **kwargs)
 
         self._patch = mock.patch.object(torch, "compile", compile_recording)
         self._patch.start()
+        self._hook = torch._dynamo.convert_frame.register_bytecode_hook(self._converted)
         return self
 
     def stop(self) -> None:
         if self._patch is not None:
             self._patch.stop()
-            self._patch = None
+            self._hook.remove()
+            self._patch = self._hook = None
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -161,7 +161,7 @@ class PrefillSession:
         the case implies."""
         self.streams.check("capture")
         self.check_capture_context("capture")
-        capture_context.check_fused_ops_traced(self.compile_traces.traces, compiler=self.case.compiler,
+        capture_context.check_fused_ops_traced(self.compile_traces.fused_modes, promised=self.case.compiler != "eager",
                                                what=f"prefill {self.case.backend} compile pass")
         traces = self.recompiles.warmup_compiles
         if one_trace and not self.one_trace_gap and self.case.backend == "tc_piecewise" and traces != 1:
@@ -268,7 +268,7 @@ class PrefillSession:
         promised = capture_context.promised("prefill", self.case.backend, lora=bool(self.case.lora))
         what = f"prefill {self.case.backend} backend, {context}"
         counts = capture_context.check(self.answers, capture_mode_promised=promised, what=what)
-        capture_context.check_fused_ops_at_rest(self.compile_traces.traces, what=what)
+        capture_context.check_fused_ops_at_rest(self.compile_traces.fused_ops(), what=what)
         self.answers.clear()
         return counts
 
