@@ -13,13 +13,14 @@ expectation comes from the case and the device, not from SGLang's flags:
 
 The same holds for the compile mode SGLang tells its fused ops (`BaseFusedOp.is_torch_compile`, which picks the
 forward Dynamo traces and which real layers branch on: `fp8_activation` reads it). The evidence is the state of the
-compiled module's fused ops when Dynamo hands each traced graph to the backend
-(`dynamo_evidence.TraceRecorder`), and their state once the target is built:
+compiled module's fused ops at each frame Dynamo converts (`dynamo_evidence.TraceRecorder`), and their state once
+the target is built:
 
 - decode's `patch_model` compiles with every fused op in torch.compile mode (`_to_torch`), whatever the backend;
   the NPU platform's override (`patch_model_npu`) does not switch them: npugraph_ex traces the ops' own NPU
-  dispatch (`forward_npu`), so it promises nothing (`fused_compile_promised`); tc_piecewise with a compiler other than "eager" (Inductor pieces) too (`_toggle_fused_ops` before the compile
-  pass); with "eager" it promises nothing;
+  dispatch (`forward_npu`), so it promises nothing (`fused_compile_promised`);
+- tc_piecewise with a compiler other than "eager" (Inductor pieces) does too (`_toggle_fused_ops` before the
+  compile pass); with "eager" it promises nothing;
 - while the harness serves, every fused op is out of it again (the pass's `finally` turns it back).
 """
 from __future__ import annotations
