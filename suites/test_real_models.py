@@ -254,14 +254,20 @@ def prefill_examples(draw):
                    label="batches")
     # per prompt, the tokens an earlier chunk of SGLang's chunked prefill has prefilled (0: a new request)
     chunks = [[draw(st.one_of(st.just(0), st.integers(0, len(p) - 1))) for p in b] for b in batches]
-    return tuple(sorted(counts)), batches, chunks
+    # per prompt, where its input logprobs start (None: it asks none; past its cached chunk, as SGLang keeps a
+    # logprob request's prefix before its start)
+    logprobs = [[draw(st.one_of(st.none(), st.integers(c, len(p) - 1))) for p, c in zip(b, cs)]
+                for b, cs in zip(batches, chunks)]
+    return tuple(sorted(counts)), batches, chunks, logprobs
 
 
 # capture 8 and 16: 8 tokens (a captured count); 11 (padded to 16), the 9-token prompt's first 4 prefilled by an
 # earlier chunk (chunked prefill: its 5 extend on a cached prefix; distinct tokens, so the prefix's values differ
-# from the rest and losing it shows); then 20 (no graph holds it)
+# from the rest and losing it shows), two of its requests returning logprobs (from 4 and from 1: 5 + 1 + 3 logits
+# rows); then 20 (no graph holds it)
 PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), (tuple(range(21, 30)), (3, 4), (7, 7, 7, 7)),
-                           ((6,) * 12, (2,) * 8)], [[0, 0], [4, 0, 0], [0, 0]])
+                           ((6,) * 12, (2,) * 8)], [[0, 0], [4, 0, 0], [0, 0]], [[None, None], [4, None, 1],
+                                                                                   [None, None]])
 
 
 def run_prefill(family, drawn, suite=None, deterministic=False):
@@ -269,17 +275,17 @@ def run_prefill(family, drawn, suite=None, deterministic=False):
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
 
-    counts, batches, chunks = drawn
+    counts, batches, chunks, logprobs = drawn
     suite = suite or ("real_models_deterministic" if deterministic else "real_models_prefill")
     case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
     with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
-                 chunks=chunks, **({"deterministic": True} if deterministic else {})) as ex:
+                 chunks=chunks, logprobs=logprobs, **({"deterministic": True} if deterministic else {})) as ex:
         try:
             with RecompileWatcher("real model prefill forward") as watcher:
                 target = RealModelPrefillTarget(case, family)
                 watcher.arm()
-                verdicts = [check_prefill(target, prompts, index, chunked)
-                            for index, (prompts, chunked) in enumerate(zip(batches, chunks))]
+                verdicts = [check_prefill(target, prompts, index, chunked, starts)
+                            for index, (prompts, chunked, starts) in enumerate(zip(batches, chunks, logprobs))]
                 watcher.check("a prefill replay compiled a frame")
         except PathMissing as missing:
             pytest.skip(str(missing))
@@ -414,7 +420,8 @@ def replay_case(drawn: dict) -> None:
         with get_device("cpu").install("cuda"):
             batches = [tuple(tuple(p) for p in b) for b in drawn["batches"]]
             chunks = drawn.get("chunks") or [[0] * len(b) for b in batches]  # records before chunked prefill
-            run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks),
+            logprobs = drawn.get("logprobs") or [[None] * len(b) for b in batches]  # ... and before logprobs
+            run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks, logprobs),
                         deterministic=bool(drawn.get("deterministic")))
         return
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)

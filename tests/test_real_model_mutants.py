@@ -264,6 +264,38 @@ def test_clean_sglang_passes_breakable_prefill_replays(prefill_family):
         assert [check_prefill(target, p, i) for i, p in enumerate(PREFILL_BATCHES)] == ["replayed", "replayed"]
 
 
+# a logprob batch: 5 tokens from position 1 (4 logits rows), 3 asking none (1 row)
+LOGPROB_BATCH = (((1, 2, 3, 4, 5), (9, 8, 7)), [1, None])
+
+
+def test_clean_sglang_passes_a_logprob_prefill_replay():
+    from harness.targets.prefill.real_model import check_prefill
+
+    load()
+    with get_device("cpu").install("cuda"):
+        assert check_prefill(_prefill_target("dense"), LOGPROB_BATCH[0], 0, logprob_starts=LOGPROB_BATCH[1]) \
+            == "replayed"
+
+
+def test_logits_buffer_rows_swapped_fails_logits_buffer(monkeypatch):
+    """`_prefill_logits_buffer_rows` with its `zip` pair swapped (a seed-13 survivor of the last stop): a logprob
+    batch gets a shared logits buffer of max(start - seq, 1) rows a request; the logits processor drops a buffer
+    of the wrong length and allocates, so the outputs agree and only the buffer's length shows it."""
+    from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
+
+    from harness.targets.prefill.real_model import check_prefill
+
+    load()
+    mutant = edited(PrefillCudaGraphRunner._prefill_logits_buffer_rows, "for start_len, seq_len in zip(",
+                    "for seq_len, start_len in zip(")
+    monkeypatch.setattr(PrefillCudaGraphRunner, "_prefill_logits_buffer_rows", mutant)
+    with get_device("cpu").install("cuda"), pytest.raises(OracleFailure) as failure:
+        check_prefill(_prefill_target("dense"), LOGPROB_BATCH[0], 0, logprob_starts=LOGPROB_BATCH[1])
+    assert failure.value.oracle == "logits-buffer", failure.value
+    assert "asked for shared logits buffers of [2] row(s) where its logits are 5 row(s) (4 + 1" \
+        in failure.value.diagnosis, failure.value.diagnosis
+
+
 def test_breakable_attention_dropping_save_kv_cache_fails_naming_the_cache(monkeypatch):
     """`RadixAttention._eager_attention` (the attention a breakable prefill graph runs eagerly between its captured
     segments) passes `False` for `save_kv_cache`: a replayed prefill computes the right logits and writes no K/V,

@@ -74,6 +74,9 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "promises it, and never while the harness serves; a fused op is in torch.compile mode whenever a "
            "non-eager compile traces it, and never while the harness serves", "harness/oracles/capture_context.py",
            ("test_capture_context.py",)),
+    Oracle("logits-buffer", "a prefill replay asks for a shared logits buffer as long as the logits its tail "
+           "computes (one row a request; with logprobs, each request's extend from its logprob start)",
+           "harness/oracles/logits_buffer.py", ("test_real_model_mutants.py",)),
     Oracle("process-state", "SGLang's process-wide capture state is back at rest after every step",
            "harness/oracles/process_state.py", ("test_prefill_mutants.py",)),
     Oracle("npu-graph-update", "each NPU replay first rebinds its graph's KV lengths, under the architecture's name, "

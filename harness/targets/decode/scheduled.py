@@ -137,16 +137,18 @@ class Scheduler:
         self.next_rid = 0
 
     # -- SGLang's batch code -------------------------------------------------------------------------------------
-    def _requests(self, prompts) -> list:
+    def _requests(self, prompts, logprob_starts=None) -> list:
+        """`logprob_starts`: per prompt, where its input logprobs start (None: it asks none)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         reqs = []
-        for prompt in prompts:
+        for prompt, start in zip(prompts, logprob_starts or [None] * len(prompts)):
             req = Req(rid=str(self.next_rid), origin_input_text="", origin_input_ids=array("q", prompt),
-                      sampling_params=SamplingParams(temperature=0, max_new_tokens=MAX_NEW_TOKENS))
+                      sampling_params=SamplingParams(temperature=0, max_new_tokens=MAX_NEW_TOKENS),
+                      return_logprob=start is not None)
+            req.logprob_start_len = -1 if start is None else start  # as the tokenizer sets it; the match reads it
             req.init_next_round_input(self.tree_cache)  # the scheduler's admission: fill ids, prefix match
-            req.logprob_start_len = -1  # no logprobs asked
             _admit(req)
             self.next_rid += 1
             reqs.append(req)
@@ -158,12 +160,12 @@ class Scheduler:
         with kernels():  # up to 0.5.1x an extend batch's positions come from a Triton kernel
             return ForwardBatch.init_new(batch, self.model_runner, return_hidden_states_before_norm=False)
 
-    def extend_batch(self, prompts, chunks=None) -> Any:
+    def extend_batch(self, prompts, chunks=None, logprob_starts=None) -> Any:
         """SGLang's extend batch of new requests for `prompts`, prepared (slots and pool rows allocated). `chunks`:
         per prompt, how many of its tokens an earlier chunk of SGLang's chunked prefill has already prefilled (0:
         none); those chunks run first (`_prefill_chunks`), and the batch returned extends each prompt's rest on
-        its cached prefix."""
-        reqs = self._requests(prompts)
+        its cached prefix. `logprob_starts`: per prompt, where its input logprobs start (None: none asked)."""
+        reqs = self._requests(prompts, logprob_starts)
         if chunks and any(chunks):
             self._prefill_chunks([(req, chunk) for req, chunk in zip(reqs, chunks) if chunk])
         return self._prepared(reqs)

@@ -31,7 +31,7 @@ import torch
 from harness.errors import PathMissing
 from harness.models.real import FAMILIES, missing, sliding_window_size
 from harness.models.real.pools import Pools
-from harness.oracles import OracleFailure
+from harness.oracles import OracleFailure, logits_buffer
 from harness.oracles.eager import assert_matches_eager
 from harness.targets.decode.real_model import KV_TOKENS, _cache_difference, eager_matches_reference, kernels, \
     real_model
@@ -40,6 +40,7 @@ from harness.targets.prefill.admission import padding_refusal
 from harness.targets.prefill.base import KvCache, PrefillCase
 from harness.targets.sglang_plumbing import ensure_tp_group, forward_context, load
 
+SHARED_OUTPUT_MODULE = "sglang.srt.model_executor.graph_shared_output"
 BACKEND_REFUSALS = {
     "full": "SGLang's TritonAttnBackend plans no full-graph prefill metadata (its capture raises \"Invalid forward "
             "mode ... for CUDA Graph replay\")",
@@ -114,11 +115,20 @@ class RealModelPrefillTarget(v0_5_14.Target):
         self.eager_attn_backend = TritonAttnBackend(runner)
         self.reference_attn_backend = TorchNativeAttnBackend(runner)
         self.model_runner = runner
+        if v0_5_14.module_exists(SHARED_OUTPUT_MODULE):  # SGLang's own shared logits buffer (the decode graphs'
+            # rows, here the largest captured count: a prefill's logits rows never exceed its tokens)
+            shared = load(SHARED_OUTPUT_MODULE, "GraphSharedOutput")
+            object.__setattr__(runner, "graph_shared_output",
+                               shared(device=torch.device(device), max_rows=max(case.capture_tokens)))
         if v0_5_14.module_exists(v0_5_14.EAGER_RUNNER_MODULE):
             runner.eager_runner = load(v0_5_14.EAGER_RUNNER_MODULE, "EagerRunner")(runner)
         with v0_5_14._tc_piecewise_resolution(case), kernels():
             self.runner = load(v0_5_14.RUNNER_MODULE, "PrefillCudaGraphRunner")(runner)
         runner.prefill_cuda_graph_runner = self.runner
+        # SGLang's caller (cuda_graph_setup) then reads free memory with empty_cache=True, and cudaFree synchronises
+        # the device: the capture stream's eager breaks (which read the KV pool) are ordered before the first batch
+        # writes it (a first chunk's prefill, before any replay)
+        torch.get_device_module(device).synchronize()
 
     def run_eager(self, fb, backend):
         with kernels():
@@ -131,20 +141,24 @@ class RealModelPrefillTarget(v0_5_14.Target):
             return self.runner.execute(fb)
 
 
-def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=None) -> str:
+def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=None, logprob_starts=None) -> str:
     """See the module docstring; returns "replayed" or "refused" (a batch no captured count holds). `chunks`: per
-    prompt, the tokens an earlier chunk prefilled (SGLang's chunked prefill; the batch extends the rest)."""
+    prompt, the tokens an earlier chunk prefilled (SGLang's chunked prefill; the batch extends the rest).
+    `logprob_starts`: per prompt, where its input logprobs start (None: none asked); a replay returning them must
+    equal eager's, and the shared logits buffer it asks for must hold its logits rows (`oracles.logits_buffer`)."""
     from harness.targets.decode.scheduled import Scheduler, chunking_missing
 
     unchunkable = chunking_missing() if chunks and any(chunks) else None
     if unchunkable:
         raise PathMissing(unchunkable)
     scheduler = Scheduler(target, target.pools, target.model_runner)
-    batch = scheduler.extend_batch(prompts, chunks)
+    batch = scheduler.extend_batch(prompts, chunks, logprob_starts)
     fb = scheduler.forward_batch(batch)
     tokens = int(fb.input_ids.shape[0])
     captured = tuple(target.case.capture_tokens)
     prefixes = f", cached prefixes {list(chunks)}" if chunks and any(chunks) else ""
+    if logprob_starts and any(start is not None for start in logprob_starts):
+        prefixes += f", logprobs from {list(logprob_starts)}"
     where = (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens{prefixes}, pool rows "
              f"{fb.req_pool_indices.tolist()}, captured token counts {list(captured)})")
     offered = bool(target.runner.can_run_graph(fb))
@@ -163,11 +177,14 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     device_module = torch.get_device_module(target.device)
     device_module.synchronize()
     before = pools.snapshot()
-    got = target.replay(fb).next_token_logits.clone()
+    with logits_buffer.observing(target.runner) as asked:
+        replayed = target.replay(fb)
+    got = replayed.next_token_logits.clone()
     device_module.synchronize()
     after_replay = pools.snapshot()
     pools.restore(before)
-    eager = target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend).next_token_logits
+    eager_output = target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend)
+    eager = eager_output.next_token_logits
     after_eager = pools.snapshot()
     if not pools.mla:  # an MLA model's extend takes its MHA path, which the torch-native backend cannot run
         pools.restore(before)
@@ -184,6 +201,16 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     if cache:
         raise OracleFailure("eager-equality", f"{where}: the replay's logits equal eager's but the KV cache it "
                             f"leaves does not: {cache}")
+    starts = list(logprob_starts or [None] * len(prompts))
+    if any(start is not None for start in starts):
+        try:
+            assert_matches_eager(replayed.input_token_logprobs, eager_output.input_token_logprobs, exact=exact)
+        except OracleFailure as failure:
+            raise OracleFailure(failure.oracle, f"{where}: the replay's input logprobs differ from eager's: "
+                                f"{failure.diagnosis}", **failure.details) from None
+    prefix = list(chunks or [0] * len(prompts))
+    rows, arithmetic = logits_buffer.expected_rows([len(p) - c for p, c in zip(prompts, prefix)], prefix, starts)
+    logits_buffer.check(asked, rows, arithmetic, where=where)
     pools.restore(after_replay)
     return "replayed"
 
