@@ -206,7 +206,7 @@ class PrefillModel(nn.Module):
         self.lora_manager: PrefillLoRAManagerDouble | None = None  # a LoRA server's (set by the target)
         if self.RESOLVE_FUSED:  # settle each layer's fused-op dispatch before any compile pass
             for layer in self.layers:
-                layer.act(torch.zeros(1, 2 * HIDDEN))
+                fused_ops.settle(layer.act)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch,
                 input_embeds: torch.Tensor | None = None) -> torch.Tensor:
