@@ -223,6 +223,98 @@ def test_real_model_target_verify_matches_eager(family, drawn, device):
     run_family(family, drawn, record="real_models_verify")
 
 
+# -- the EAGLE draft worker's multi-step decode graphs -------------------------------------------------------------
+@st.composite
+def draft_examples(draw):
+    """An EAGLE draft case (2 or 3 steps, 1 or 2 branches a step; a tree's draft-token budget drawn within what its
+    steps score) and replays: per request its committed prefix, pool row, the target's top-k tokens and
+    probabilities, and the seed of its cache and hidden state."""
+    from harness.targets.decode.eagle_draft import DraftBatch
+
+    steps, topk = draw(st.integers(2, 3), label="draft steps"), draw(st.integers(1, 2), label="topk")
+    scored = topk + (steps - 1) * topk * topk  # what draft_forward's score list holds
+    drafts = steps + 1 if topk == 1 else draw(st.integers(2, min(scored, 6) + 1), label="draft tokens")
+    case = dataclasses.replace(draw(real_cases()), spec=SpecSettings(num_steps=steps, topk=topk,
+                                                                     num_draft_tokens=drafts, algorithm="EAGLE"))
+    vocab = FAMILIES["dense"].config["vocab_size"]
+    probability = st.floats(0.01, 1.0, allow_nan=False)
+    groups = []
+    for size in draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes"):
+        group = []
+        for _ in range(2):
+            group.append(DraftBatch(
+                seq_lens=draw(st.lists(st.integers(1, MAX_SEQ_LEN), min_size=size, max_size=size)),
+                pool_rows=list(draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]),
+                topk_index=[draw(st.lists(st.integers(0, vocab - 1), min_size=topk, max_size=topk, unique=True))
+                            for _ in range(size)],
+                topk_p=[sorted(draw(st.lists(probability, min_size=topk, max_size=topk)), reverse=True)
+                        for _ in range(size)],
+                seed=draw(st.integers(0, 2 ** 16))))
+        groups.append(group)
+    return case, groups
+
+
+def _draft_batch(seq_lens, rows, tokens, probabilities, seed):
+    from harness.targets.decode.eagle_draft import DraftBatch
+
+    return DraftBatch(seq_lens, rows, tokens, probabilities, seed)
+
+
+# capture 1 and 3, a tree of 2 branches over 3 steps: three requests (a captured size), then two padded to 3 on
+# the rows and slots the three held (a padded row's stale inputs would read or write live slots)
+PADDED_DRAFT = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS,
+                           spec=SpecSettings(num_steps=3, topk=2, num_draft_tokens=5, algorithm="EAGLE")),
+                [[_draft_batch([5, 14, 2], [3, 1, 7], [[4, 7], [1, 2], [5, 6]], [[0.6, 0.3], [0.5, 0.4], [0.9, 0.05]],
+                               3),
+                  _draft_batch([9, 6], [7, 2], [[8, 9], [10, 11]], [[0.7, 0.2], [0.4, 0.35]], 4)]])
+
+
+def run_draft(ex, case, groups):
+    from harness.targets.decode.eagle_draft import EagleDraftTarget, check_draft_replay
+
+    get_device("cpu").reset()
+    with RecompileWatcher("EAGLE draft decode") as watcher:
+        mark = counter.mark()
+        target = EagleDraftTarget(case)
+        captured = counter.since(mark)["num_graphs_captured"]
+        if captured != len(target.capture_bs):  # one graph a size: no rejection-sampling variant is drawn
+            raise OracleFailure("graph-replay", f"the draft runner captured {captured} graph(s) for sizes "
+                                f"{target.capture_bs}; one a size is {len(target.capture_bs)}",
+                                captured=captured, capture_bs=target.capture_bs)
+        watcher.arm()
+        ex.note("capture_bs", target.capture_bs)
+        ex.note("capture_seconds", round(target.capture_seconds, 3))
+        ex.note("replayed", [("DRAFT_DECODE", group[0].batch_size) for group in groups])
+        for step, group in enumerate(groups):
+            for which, batch in enumerate(group):
+                check_draft_replay(target, batch, f"draft replay {step}.{which} (batch of {batch.batch_size}, "
+                                   f"seq_lens {batch.seq_lens}, pool rows {batch.pool_rows})")
+        watcher.check("a draft replay or eager draft compiled a frame")
+
+
+def _draft_to_drawn(case, groups) -> dict:
+    return {"capture_bs": list(case.capture_bs), "spec": dataclasses.asdict(case.spec),
+            "draft_groups": [[dataclasses.asdict(batch) for batch in group] for group in groups]}
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PADDED_DRAFT)
+@given(drawn=draft_examples())
+def test_eagle_draft_replays_match_eager(drawn, device):
+    """The EAGLE draft worker's multi-step decode graphs (`harness/targets/decode/eagle_draft.py`): SGLang's
+    `EAGLEDraftCudaGraphRunner` captures `EagleDraftWorker.draft_forward` over SGLang's `LlamaForCausalLMEagle` on
+    its `TritonMultiStepDraftBackend`; each replay's draft tree and the KV its steps write against eager
+    `draft_forward`, and every step's KV rails, in the graph and eagerly, against the batch's arithmetic."""
+    from harness.targets.decode.eagle_draft import draft_missing
+
+    case, groups = drawn
+    with example("real_models_draft", family="eagle", **_draft_to_drawn(case, groups)) as ex:
+        reason = draft_missing()
+        if reason:
+            pytest.skip(reason)
+        run_draft(ex, case, groups)
+
+
 # -- --enable-deterministic-inference ----------------------------------------------------------------------------
 # the gate runs the explicit examples on the dense family (seconds each); other profiles every captured family
 DETERMINISTIC_FAMILIES = ["dense"] if GATE_EXPLICIT_ONLY else CAPTURED
@@ -425,6 +517,12 @@ def replay_case(drawn: dict) -> None:
                         deterministic=bool(drawn.get("deterministic")))
         return
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)
+    if "draft_groups" in drawn:  # an EAGLE draft example (test_eagle_draft_replays_match_eager)
+        case = dataclasses.replace(case, spec=SpecSettings(**drawn["spec"]))
+        groups = [[_draft_batch(**batch) for batch in group] for group in drawn["draft_groups"]]
+        with get_device("cpu").install("cuda"), example("real_models_draft", **drawn) as ex:
+            run_draft(ex, case, groups)
+        return
     if "program" in drawn:  # a scheduler-built example (test_scheduled_batches_replay_matches_eager)
         with get_device("cpu").install("cuda"), example("real_models_scheduled", **drawn) as ex:
             run_scheduled(ex, case, family, _program_from_drawn(drawn["program"]))

@@ -1,4 +1,5 @@
-"""Shared by the mutant self-tests: run a suite on a mutated scratch copy of SGLang and read its verdict.
+"""Shared by the mutant self-tests: run a suite on a mutated scratch copy of SGLang and read its verdict; `edited`
+recompiles one line of an installed SGLang method for the in-process mutants.
 
 Each run is forked from a warm parent (`harness.mutate.warm`, one per interpreter and test process) that has
 imported torch, pytest, Hypothesis and SGLang's third-party imports, never SGLang: a run then costs its own SGLang
@@ -102,3 +103,16 @@ def assert_mutant_fails(test: str, name: str, edits: list[Edit], report_dir: Pat
     for text in texts:
         assert text in failures[0]["diagnosis"], (text, failures[0]["diagnosis"])
     return failures[0]
+
+
+def edited(function, old: str, new: str):
+    """`function` recompiled from its source with `old` replaced by `new` (exactly once), in its own module's
+    globals: a mutant of one line of an installed SGLang method, set with MonkeyPatch and undone after."""
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(function))
+    assert source.count(old) == 1, f"{function.__qualname__}: the mutant's text is not in the installed source once"
+    namespace: dict = {}
+    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec"), function.__globals__, namespace)
+    return namespace[function.__name__]

@@ -50,6 +50,7 @@ from harness.devices import get_device
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, load
+from tests.mutant_runs import edited
 
 pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this process: seconds a test
 
@@ -113,19 +114,6 @@ def test_allocator_handing_out_the_padding_slot_fails_naming_the_request(family,
     diagnosis = failure.value.diagnosis
     assert "replay differs from eager" in diagnosis
     assert "request(s) [0] of the batch hold KV slot 0, SGLang's padding slot, which the 1 padded row(s)" in diagnosis
-
-
-def edited(function, old: str, new: str):
-    """`function` recompiled from its source with `old` replaced by `new` (exactly once), in its own module's
-    globals: a mutant of one line of an installed SGLang method, set with MonkeyPatch and undone after."""
-    import inspect
-    import textwrap
-
-    source = textwrap.dedent(inspect.getsource(function))
-    assert source.count(old) == 1, f"{function.__qualname__}: the mutant's text is not in the installed source once"
-    namespace: dict = {}
-    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec"), function.__globals__, namespace)
-    return namespace[function.__name__]
 
 
 # two requests verify 3 drafts each on the captured 2: the first a chain, the second a tree

@@ -27,7 +27,8 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "padded rows hold what SGLang's registry promises",
            "harness/oracles/eager.py",
            ("test_decode_mutants.py", "test_prefill_mutants.py", "test_prefill_padding.py",
-            "test_real_model_mutants.py", "test_decode_ragged_mutants.py", "test_decode_dllm_mutants.py")),
+            "test_real_model_mutants.py", "test_decode_ragged_mutants.py", "test_decode_dllm_mutants.py",
+            "test_eagle_draft_mutants.py")),
     Oracle("batch-invariance", "each request of a scheduler-built batch gets the next-token logits its own token "
            "history gives it prefilled alone, whatever joined or left the batch; under deterministic inference "
            "its KV splits follow its own length", "harness/oracles/batch_invariance.py",
@@ -56,6 +57,9 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "attention backend reads, the padded layout each replay's tier graph reads) are the drawn requests' "
            "arithmetic, and a malformed one is refused",
            "harness/oracles/ragged_layout.py", ("test_decode_ragged_mutants.py",)),
+    Oracle("draft-rails", "each EAGLE draft step's attention reads its request's prefix then its branch's draft "
+           "slots through that step (`seq_len + step + 1` slots, branch-major), in the graph and eagerly; a padded "
+           "branch reads only the padding slot", "harness/oracles/draft_rails.py", ("test_eagle_draft_mutants.py",)),
     Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
            "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
     Oracle("graph-break", "where SGLang compiles with `fullgraph=True` Dynamo traces the body whole; a break is "

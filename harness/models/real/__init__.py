@@ -130,6 +130,11 @@ def _vlm_qwen2() -> dict:
                 image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123)
 
 
+def _eagle_llama() -> dict:
+    """An EAGLE draft head for the dense family: one decoder layer (no input norm) over fc(embedding, hidden)."""
+    return {**_dense_llama(), "architectures": ["LlamaForCausalLMEagle"]}
+
+
 FAMILIES = {
     "dense": Family("dense", "LlamaForCausalLM", "llama", _dense_llama()),
     "moe": Family("moe", "Qwen2MoeForCausalLM", "qwen2_moe", _moe_qwen2(), capture_refusal=(
@@ -143,11 +148,20 @@ FAMILIES = {
 }
 
 
+# Draft models a speculative worker runs beside a family (`harness/targets/decode/eagle_draft.py`)
+DRAFT_FAMILIES = {
+    "eagle": Family("eagle", "LlamaForCausalLMEagle", "llama_eagle", _eagle_llama()),
+}
+
+
 def missing(family: str) -> str | None:
     """Why the installed SGLang cannot build `family` (its release and the missing module or class), or None."""
+    return missing_family(FAMILIES[family])
+
+
+def missing_family(spec: Family) -> str | None:
     from harness.versions import module_exists, sglang_version
 
-    spec = FAMILIES[family]
     module = f"sglang.srt.models.{spec.module}"
     if not module_exists(module):
         return f"SGLang {sglang_version()} has no {module}: no {spec.architecture} to build"
@@ -197,12 +211,15 @@ def model_config(path: str):
 def build(family: str, path: str | None = None, seed: int = 1234) -> RealModel:
     """SGLang's model class for `family`, through `ModelConfig` and `DummyModelLoader` on the CPU. The published
     config and SGLang's model-parallel groups must be in place (the decode target does both)."""
+    return build_family(FAMILIES[family], path, seed)
+
+
+def build_family(spec: Family, path: str | None = None, seed: int = 1234) -> RealModel:
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader import get_model
     from sglang.srt.model_loader.weight_utils import initialize_dummy_weights
 
-    spec = FAMILIES[family]
     path = path or write_config(spec)
     config = model_config(path)
     with cpu_construction():

@@ -62,7 +62,8 @@ TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.
                   "sglang.kernels.ops.elementwise.elementwise",  # Qwen2-MoE's shared-expert gate
                   "sglang.kernels.ops.attention.extend_attention",  # a scheduled batch's prefill (scheduled.py)
                   "sglang.srt.mem_cache.allocation",  # up to 0.5.1x the scheduler's req_to_token writes
-                  "sglang.kernels.ops.attention.position")  # up to 0.5.1x ForwardBatch.init_new's extend positions
+                  "sglang.kernels.ops.attention.position",  # up to 0.5.1x ForwardBatch.init_new's extend positions
+                  "sglang.kernels.ops.speculative.cache_locs")  # an EAGLE draft's per-step KV rails (eagle_draft.py)
 KV_SPLITS = 1  # --triton-attention-num-kv-splits (SGLang's default 8: eight times the interpreted programs)
 KV_TOKENS = 512  # KV slots of the pool (slot 0: SGLang's padding slot)
 

@@ -1,0 +1,94 @@
+"""Mutants of SGLang's EAGLE draft decode graphs (`harness/targets/decode/eagle_draft.py`), in-process: one line of
+an installed SGLang method recompiled by `edited` and set with pytest's MonkeyPatch (undone after). Each must fail
+the draft check naming what went wrong, and clean SGLang must pass the same case. No tiny model runs the draft
+worker, its multi-step backend or its runner: only this target can see them.
+
+- padded_draft_positions_left_stale: `EAGLEDraftCudaGraphRunner.execute` no longer zeroes the static positions
+  before a padded replay, so the padded rows keep the last batch's. The real rows' draft tree is unchanged; the
+  per-step rails of the padded branches (whose length the kernel takes from the positions) then reach past the
+  padding slot into stale indices: `draft-rails` names the padded branch and the slots it reads.
+- padded_draft_writes_left_stale: the same method no longer zeroes the static `out_cache_loc` before a padded
+  replay, so each draft step of a padded row writes its K/V into the slots the last batch's request held:
+  `eager-equality` names the KV slots the replay wrote and eager did not.
+- eager_draft_rails_one_step_short: `TritonMultiStepDraftBackend.common_template` slices each step's
+  `kv_indices` for one step fewer (`draft_kv_indices_used_len(..., i)`), which only the eager path reads (the graph
+  reads its static buffer whole): `draft-rails` names the eager backend's indices of the branch cut short.
+"""
+from __future__ import annotations
+
+import pytest
+
+from harness.devices import get_device
+from harness.oracles import OracleFailure
+from harness.targets.decode.base import DecodeCase, SpecSettings
+from harness.targets.decode.eagle_draft import DraftBatch, EagleDraftTarget, check_draft_replay, draft_missing
+from tests.mutant_runs import edited
+
+pytestmark = pytest.mark.slow  # builds two models and captures the draft graphs in this process
+
+# capture 1 and 3, a tree of 2 branches over 3 steps: three requests, then two padded to 3
+CASE = DecodeCase(capture_bs=(1, 3), max_running_requests=8,
+                  spec=SpecSettings(num_steps=3, topk=2, num_draft_tokens=5, algorithm="EAGLE"))
+BATCHES = [DraftBatch([5, 14, 2], [3, 1, 7], [[4, 7], [1, 2], [5, 6]], [[0.6, 0.3], [0.5, 0.4], [0.9, 0.05]], 3),
+           DraftBatch([9, 6], [7, 2], [[8, 9], [10, 11]], [[0.7, 0.2], [0.4, 0.35]], 4)]
+
+
+@pytest.fixture
+def device():
+    from harness.targets.decode.real_model import load
+
+    load()
+    reason = draft_missing()
+    if reason:
+        pytest.skip(reason)
+    with get_device("cpu").install("cuda"):
+        yield
+
+
+def run_case() -> None:
+    target = EagleDraftTarget(CASE)
+    for index, batch in enumerate(BATCHES):
+        check_draft_replay(target, batch, f"draft replay {index}")
+
+
+def mutate(monkeypatch, owner, name: str, old: str, new: str) -> None:
+    monkeypatch.setattr(owner, name, edited(getattr(owner, name), old, new))
+
+
+def test_clean_sglang_passes_the_draft_check(device):
+    run_case()
+
+
+def test_padded_draft_positions_left_stale_fail_naming_the_padded_branch(device, monkeypatch):
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftCudaGraphRunner, "execute", "buffers.positions.zero_()\n", "pass\n")
+    with pytest.raises(OracleFailure) as failure:
+        run_case()
+    assert failure.value.oracle == "draft-rails"
+    assert "draft replay 1" in failure.value.diagnosis
+    assert "padded branch 5 of draft step 0 reads KV slots [0, 23, 24]" in failure.value.diagnosis
+    assert "a padded row may read only SGLang's padding slot 0" in failure.value.diagnosis
+
+
+def test_padded_draft_writes_left_stale_fail_naming_the_slots(device, monkeypatch):
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftCudaGraphRunner, "execute", "buffers.out_cache_loc.zero_()\n", "pass\n")
+    with pytest.raises(OracleFailure) as failure:
+        run_case()
+    assert failure.value.oracle == "eager-equality"
+    assert "draft replay 1" in failure.value.diagnosis
+    assert "differs at KV slot(s)" in failure.value.diagnosis
+
+
+def test_eager_draft_rails_one_step_short_fail_naming_the_branch(device, monkeypatch):
+    from sglang.srt.layers.attention.triton_backend import TritonMultiStepDraftBackend
+
+    mutate(monkeypatch, TritonMultiStepDraftBackend, "common_template",
+           "draft_kv_indices_used_len(seq_lens_sum, self.topk, bs, i + 1)",
+           "draft_kv_indices_used_len(seq_lens_sum, self.topk, bs, i)")
+    with pytest.raises(OracleFailure) as failure:
+        run_case()
+    assert failure.value.oracle == "draft-rails"
+    assert "eager backend's kv_indices of branch" in failure.value.diagnosis
