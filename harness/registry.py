@@ -111,7 +111,8 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_refusal": None, "real_models_findings": None},
         coverage=("srt/models/llama.py", "srt/models/qwen2_moe.py", "srt/models/deepseek_v2.py",
                   "srt/models/qwen2_vl.py", "srt/models/gemma2.py", "srt/layers/attention/triton_backend.py",
-                  "srt/speculative/eagle_draft_cuda_graph_runner.py"),
+                  "srt/speculative/eagle_draft_cuda_graph_runner.py",
+                  "srt/speculative/eagle_draft_extend_cuda_graph_runner.py"),
     ),
 )
 

@@ -10,6 +10,16 @@ worker, its multi-step backend or its runner: only this target can see them.
 - padded_draft_writes_left_stale: the same method no longer zeroes the static `out_cache_loc` before a padded
   replay, so each draft step of a padded row writes its K/V into the slots the last batch's request held:
   `eager-equality` names the KV slots the replay wrote and eager did not.
+- padded_extend_writes_left_stale: `EAGLEDraftExtendCudaGraphRunner.execute` no longer zeroes the static
+  `out_cache_loc` before a padded replay: the padded rows of the draft extend write their window's K/V into the
+  slots the last batch held, where eager writes nothing: `eager-equality` names the slots.
+- extend_rail_counts_the_window: `TritonAttnBackend._update_draft_extend_buffers` takes the whole post-window
+  length as each request's KV rail (the window's own slots read again as prefix), in the graph only:
+  `draft-rails` names the graph's kv_indptr against the prefixes, before the graph replays.
+- draft_splits_by_request_not_branch: under `--enable-deterministic-inference`, `TritonAttnBackend.get_num_kv_splits`
+  spreads the requests' split counts over their branches with `repeat` instead of `repeat_interleave` (branch k of
+  request r gets another request's count). Graph and eager run the same counts, so the trees agree; the split check
+  (`batch-invariance`) names the counts against ceil(seq_len / tile) per branch.
 - eager_draft_rails_one_step_short: `TritonMultiStepDraftBackend.common_template` slices each step's
   `kv_indices` for one step fewer (`draft_kv_indices_used_len(..., i)`), which only the eager path reads (the graph
   reads its static buffer whole): `draft-rails` names the eager backend's indices of the branch cut short.
@@ -21,7 +31,8 @@ import pytest
 from harness.devices import get_device
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeCase, SpecSettings
-from harness.targets.decode.eagle_draft import DraftBatch, EagleDraftTarget, check_draft_replay, draft_missing
+from harness.targets.decode.eagle_draft import DraftBatch, DraftExtendBatch, EagleDraftTarget, check_draft_replay, \
+    check_extend_replay, draft_missing
 from tests.mutant_runs import edited
 
 pytestmark = pytest.mark.slow  # builds two models and captures the draft graphs in this process
@@ -30,7 +41,11 @@ pytestmark = pytest.mark.slow  # builds two models and captures the draft graphs
 CASE = DecodeCase(capture_bs=(1, 3), max_running_requests=8,
                   spec=SpecSettings(num_steps=3, topk=2, num_draft_tokens=5, algorithm="EAGLE"))
 BATCHES = [DraftBatch([5, 14, 2], [3, 1, 7], [[4, 7], [1, 2], [5, 6]], [[0.6, 0.3], [0.5, 0.4], [0.9, 0.05]], 3),
-           DraftBatch([9, 6], [7, 2], [[8, 9], [10, 11]], [[0.7, 0.2], [0.4, 0.35]], 4)]
+           DraftBatch([9, 6], [7, 2], [[8, 9], [10, 11]], [[0.7, 0.2], [0.4, 0.35]], 4),
+           # the draft extends of a 5-token verify window: three requests, then two padded to 3
+           DraftExtendBatch([5, 14, 2], [3, 1, 7], [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]],
+                            [2, 4, 1], 5),
+           DraftExtendBatch([9, 6], [7, 2], [[21, 22, 23, 24, 25], [26, 27, 28, 29, 30]], [3, 1], 6)]
 
 
 @pytest.fixture
@@ -45,10 +60,11 @@ def device():
         yield
 
 
-def run_case() -> None:
-    target = EagleDraftTarget(CASE)
+def run_case(split_tile: int | None = None) -> None:
+    target = EagleDraftTarget(CASE, split_tile=split_tile)
     for index, batch in enumerate(BATCHES):
-        check_draft_replay(target, batch, f"draft replay {index}")
+        check = check_extend_replay if isinstance(batch, DraftExtendBatch) else check_draft_replay
+        check(target, batch, f"draft replay {index}")
 
 
 def mutate(monkeypatch, owner, name: str, old: str, new: str) -> None:
@@ -67,7 +83,7 @@ def test_padded_draft_positions_left_stale_fail_naming_the_padded_branch(device,
         run_case()
     assert failure.value.oracle == "draft-rails"
     assert "draft replay 1" in failure.value.diagnosis
-    assert "padded branch 5 of draft step 0 reads KV slots [0, 23, 24]" in failure.value.diagnosis
+    assert "padded branch 5 reads KV slots [0, 23, 24] from the draft step 0's graph's rails" in failure.value.diagnosis
     assert "a padded row may read only SGLang's padding slot 0" in failure.value.diagnosis
 
 
@@ -92,3 +108,38 @@ def test_eager_draft_rails_one_step_short_fail_naming_the_branch(device, monkeyp
         run_case()
     assert failure.value.oracle == "draft-rails"
     assert "eager backend's kv_indices of branch" in failure.value.diagnosis
+
+
+def test_padded_extend_writes_left_stale_fail_naming_the_slots(device, monkeypatch):
+    from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftExtendCudaGraphRunner, "execute", "buffers.out_cache_loc.zero_()\n", "pass\n")
+    with pytest.raises(OracleFailure) as failure:
+        run_case()
+    assert failure.value.oracle == "eager-equality"
+    assert "draft replay 3" in failure.value.diagnosis
+    assert "differs at KV slot(s)" in failure.value.diagnosis
+
+
+def test_extend_rail_counting_the_window_fails_naming_kv_indptr(device, monkeypatch):
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    mutate(monkeypatch, TritonAttnBackend, "_update_draft_extend_buffers",
+           "kv_lens = torch.clamp(seq_lens - extend_seq_lens, min=0)", "kv_lens = torch.clamp(seq_lens, min=0)")
+    with pytest.raises(OracleFailure) as failure:
+        run_case()
+    assert failure.value.oracle == "draft-rails"
+    assert "draft replay 2, padded to 3: draft extend's graph's kv_indptr is" in failure.value.diagnosis
+
+
+def test_draft_splits_by_request_not_branch_fail_naming_the_counts(device, monkeypatch):
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    run_case(split_tile=4)  # clean SGLang passes under the same flag
+    mutate(monkeypatch, TritonAttnBackend, "get_num_kv_splits", "seq_lens.repeat_interleave(num_group)",
+           "seq_lens.repeat(num_group)")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(split_tile=4)
+    assert failure.value.oracle == "batch-invariance"
+    assert "draft replay 0" in failure.value.diagnosis
+    assert "[2, 4, 1, 2, 4, 1] KV splits per request where tiles of 4" in failure.value.diagnosis

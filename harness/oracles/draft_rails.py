@@ -34,32 +34,53 @@ def expected_segments(seq_lens: list[int], rows: list[list[int]], topk: int, num
 
 
 def check_rails(indptr: torch.Tensor, indices: torch.Tensor, segments: list[list[int]], padded_branches: int,
-                *, topk: int, step: int, what: str, where: str) -> None:
-    """`indptr` / `indices`: the rail of draft step `step` as `what` holds it (indptr of every branch, padded ones
-    after the real ones). The real branches' segments must be `segments`, each padded branch's only slot 0."""
+                *, topk: int, step: int | None, what: str, where: str) -> None:
+    """`indptr` / `indices`: the rail of draft step `step` (None: a draft extend's) as `what` holds it (indptr of
+    every branch, padded ones after the real ones). The real branches' segments must be `segments`, each padded
+    branch's only slot 0."""
+    rail = what if step is None else f"draft step {step}'s {what}"
+    reads = "its prefix" if step is None else f"its prefix plus {step + 1} draft token(s)"
     indptr = [int(x) for x in indptr.tolist()]
     lengths = [len(segment) for segment in segments]
     real = len(segments)
     expected_indptr = list(itertools.accumulate(lengths, initial=0))
     if indptr[:real + 1] != expected_indptr:
-        branch = next(z for z in range(real) if indptr[z + 1] - indptr[z] != lengths[z])
-        raise OracleFailure(ORACLE, f"{where}: draft step {step}'s {what} kv_indptr is {indptr[:real + 1]}; the "
-                            f"batch gives {expected_indptr} (each branch reads its prefix plus {step + 1} draft "
-                            f"token(s)); branch {branch} (request {branch // topk}) reads "
-                            f"{indptr[branch + 1] - indptr[branch]} slots, not {lengths[branch]}",
+        branch = next((z for z in range(real) if indptr[z + 1] - indptr[z] != lengths[z]), None)
+        which = "it starts elsewhere" if branch is None else \
+            f"branch {branch} (request {branch // topk}) reads {indptr[branch + 1] - indptr[branch]} slots, not " \
+            f"{lengths[branch]}"
+        raise OracleFailure(ORACLE, f"{where}: {rail} kv_indptr is {indptr[:real + 1]}; the batch gives "
+                            f"{expected_indptr} (each branch reads {reads}); {which}",
                             step=step, indptr=indptr[:real + 1], expected_indptr=expected_indptr)
     flat = [int(x) for x in indices[:expected_indptr[-1]].tolist()]
     for branch, segment in enumerate(segments):
         got = flat[expected_indptr[branch]:expected_indptr[branch + 1]]
         if got != segment:
-            raise OracleFailure(ORACLE, f"{where}: draft step {step}'s {what} kv_indices of branch {branch} are "
-                                f"{got}; its request's prefix and draft slots through step {step} are {segment}",
+            raise OracleFailure(ORACLE, f"{where}: {rail} kv_indices of branch {branch} are {got}; what it "
+                                f"reads ({reads}) is {segment}",
                                 step=step, branch=branch, got=got, expected=segment)
     for branch in range(real, real + padded_branches):
         start, end = indptr[branch], indptr[branch + 1]
         slots = sorted({int(x) for x in indices[start:end].tolist()})
         if slots and slots != [0]:
-            raise OracleFailure(ORACLE, f"{where}: padded branch {branch} of draft step {step} reads KV slots "
-                                f"{slots} from the {what} rails; a padded row may read only SGLang's padding slot 0",
+            raise OracleFailure(ORACLE, f"{where}: padded branch {branch} reads KV slots {slots} from the "
+                                f"{rail} rails; a padded row may read only SGLang's padding slot 0",
                                 step=step, branch=branch, slots=slots)
 
+
+
+def check_extend_rails(qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+                       prefixes: list[list[int]], width: int, padded_rows: int, *, what: str, where: str) -> None:
+    """The rails of an EAGLE draft extend (`DRAFT_EXTEND_V2`): every request, padded ones too, extends by the whole
+    verify window (`qo_indptr` steps of `width`); a request's KV rail is its prefix before the window (`prefixes[r]`:
+    those slots of its row; the window's own K/V the extend kernel takes apart), a padded row's is empty or the
+    padding slot."""
+    rows = len(prefixes) + padded_rows
+    qo = [int(x) for x in qo_indptr[:rows + 1].tolist()]
+    if qo != [width * r for r in range(rows + 1)]:
+        raise OracleFailure(ORACLE, f"{where}: the draft extend's {what} qo_indptr is {qo}; every request extends by "
+                            f"the {width}-token verify window: {[width * r for r in range(rows + 1)]}",
+                            qo_indptr=qo)
+    segments = [list(prefix) for prefix in prefixes]
+    check_rails(kv_indptr[:rows + 1], kv_indices, segments, padded_rows, topk=1, step=None,
+                what=f"draft extend's {what}", where=where)

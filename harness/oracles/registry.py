@@ -32,7 +32,7 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
     Oracle("batch-invariance", "each request of a scheduler-built batch gets the next-token logits its own token "
            "history gives it prefilled alone, whatever joined or left the batch; under deterministic inference "
            "its KV splits follow its own length", "harness/oracles/batch_invariance.py",
-           ("test_scheduled_batches.py", "test_real_model_mutants.py")),
+           ("test_scheduled_batches.py", "test_real_model_mutants.py", "test_eagle_draft_mutants.py")),
     Oracle("no-recompile", "after capture or warm-up Dynamo compiles nothing more (the failing guard reported)",
            "harness/oracles/recompile.py", ("test_prefill_mutants.py", "test_oracles.py")),
     Oracle("dynamo-contract", "what Dynamo records of SGLang's compile glue (dynamic axes and their marks, "

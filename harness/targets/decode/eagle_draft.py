@@ -1,7 +1,9 @@
-"""The EAGLE draft worker's multi-step decode graphs on a real draft model: SGLang's `EAGLEDraftCudaGraphRunner`
-capturing SGLang's `EagleDraftWorker.draft_forward` (every draft step of a tree of `topk` branches in one graph) over
-SGLang's `LlamaForCausalLMEagle` (tiny config, dummy weights), SGLang's `TritonMultiStepDraftBackend` (one
-`TritonAttnBackend` per step, its kernels run by Triton's CPU interpreter) and SGLang's real pools.
+"""The EAGLE draft worker's graphs on a real draft model: SGLang's `EAGLEDraftCudaGraphRunner` capturing SGLang's
+`EagleDraftWorker.draft_forward` (every draft step of a tree of `topk` branches in one graph) and
+`EAGLEDraftExtendCudaGraphRunner` capturing the draft extend after a verify (the model over each request's verify
+window, logits of the last accepted token), over SGLang's `LlamaForCausalLMEagle` (tiny config, dummy weights),
+SGLang's `TritonMultiStepDraftBackend` (one `TritonAttnBackend` per step) and the extend's `TritonAttnBackend`
+(kernels run by Triton's CPU interpreter) and SGLang's real pools.
 
 What is SGLang's own: the worker's methods (`_rebuild_topk1_chain_buffers`, `_init_dsa_index_share_state`,
 `init_attention_backend` with its `DraftBackendFactory`, `draft_forward`), the runner (constructor, capture, `execute`
@@ -15,14 +17,23 @@ its committed prefix (`seq_len` tokens in the cache), then `topk * num_steps` sl
 the prefix (branch-major) as `out_cache_loc`, positions `seq_len` once per branch, the target's top-k (`topk_p`,
 `topk_index`) and last hidden state in an `EagleDraftInput`.
 
+A draft-extend batch is what `prepare_for_draft_extend` and `ForwardBatch.init_new` hand over after a verify: per
+request its prefix before the verify window, the window's `num_draft_tokens` tokens (slots past the prefix, where
+the verify wrote), the target's hidden state per token, how many tokens it accepted (`select_index`: the last one).
+
 Checks (`check_draft_replay`): the replay's draft tree (parents, selected indices, tokens) equals eager
 `draft_forward` of the same worker on a fresh `TritonMultiStepDraftBackend` over the same cache, and the KV each
-leaves in the draft slots agrees; the per-step KV rails the graph read (`kv_indptr`, `cuda_graph_kv_indices` of the
+leaves in the draft slots agrees; the per-step KV rails the graph reads (`kv_indptr`, `cuda_graph_kv_indices` of the
 backend) are the batch's arithmetic: step i of branch k of a request reads its prefix then its branch's first i + 1
-draft slots (`draft_rails`), padded rows the fill value's; eager itself is held to the same arithmetic.
+draft slots (`draft_rails`), a padded branch only the padding slot; eager itself is held to the same arithmetic.
+Rails are checked before the kernels follow them (an interpreted kernel following a stale index reads wild memory).
+`check_extend_replay`: the extend's selected logits and hidden states against the worker's eager extend (within
+`same`'s tolerance: the graph runs the LM head on the selected rows only), the KV its window writes, its rails
+(each request extends by the whole window over its prefix).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -49,6 +60,19 @@ def draft_missing() -> str | None:
     return missing_family(DRAFT_FAMILIES[DRAFT_FAMILY])
 
 
+@contextlib.contextmanager
+def _no_compile(what: str):
+    """A replay compiles nothing (`no-recompile`, with the guard that failed). Only the replays are watched: the
+    eager references call SGLang's `torch.compile`d `_select_top_k_tokens_later` on unpadded batches, which a
+    server sends through the graph (Dynamo specialises a batch of one, so eager recompiles there)."""
+    from harness.oracles.recompile import RecompileWatcher
+
+    with RecompileWatcher(f"EAGLE draft worker, {what}") as watcher:
+        watcher.arm()
+        yield
+        watcher.check(f"{what} compiled a frame")
+
+
 @dataclasses.dataclass
 class DraftBatch:
     """One draft-decode batch as `prepare_for_draft` leaves it: per request its committed prefix length, pool row,
@@ -65,17 +89,36 @@ class DraftBatch:
         return len(self.seq_lens)
 
 
-class EagleDraftTarget(RealModelTarget):
-    """See the module docstring. `case.spec`: the EAGLE settings (num_steps > 1: a single step captures nothing)."""
+@dataclasses.dataclass
+class DraftExtendBatch:
+    """One draft-extend batch as `prepare_for_draft_extend` leaves it after a verify: per request its prefix before
+    the verify window, pool row, the window's tokens (`num_draft_tokens` of them: the accepted ones, then what the
+    verify padded the window with) and how many it accepted (the bonus token included), and the seed of its cached
+    prefix and of the target hidden states the window carries."""
 
-    def __init__(self, case: DecodeCase, *, hooks: Any = None) -> None:
+    prefixes: list[int]
+    pool_rows: list[int]
+    tokens: list[list[int]]
+    accepted: list[int]
+    seed: int
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.prefixes)
+
+
+class EagleDraftTarget(RealModelTarget):
+    """See the module docstring. `case.spec`: the EAGLE settings (num_steps > 1: a single step captures nothing);
+    `split_tile`: under `--enable-deterministic-inference` with that KV split tile (None: off)."""
+
+    def __init__(self, case: DecodeCase, *, hooks: Any = None, split_tile: int | None = None) -> None:
         if case.spec is None or case.spec.algorithm != "EAGLE" or case.spec.num_steps < 2:
             raise HarnessError(f"an EAGLE draft target needs EAGLE with two or more draft steps, not {case.spec}")
         reason = draft_missing()
         if reason:
             raise PathMissing(reason)
         with torch.no_grad():  # as `Scheduler.init_all_cuda_graphs` captures: Dynamo guards on the grad mode
-            super().__init__(case, family="dense", hooks=hooks)
+            super().__init__(case, family="dense", hooks=hooks, split_tile=split_tile)
 
     def server_flags(self, case: DecodeCase) -> dict[str, Any]:
         # --page-size 1 said explicitly: the multi-step backend reads the published one (ServerArgs leaves it None
@@ -83,13 +126,15 @@ class EagleDraftTarget(RealModelTarget):
         return {**super().server_flags(case), "attention_backend": "triton", "page_size": 1}
 
     def build_parts(self, case: DecodeCase, device: str) -> tuple:
-        from sglang.srt.layers.attention.triton_backend import TritonMultiStepDraftBackend
+        from sglang.srt.layers.attention.triton_backend import TritonAttnBackend, TritonMultiStepDraftBackend
 
         parts = super().build_parts(case, device)  # the target's model and pools: the draft shares its cache shape
         self.draft = build_family(DRAFT_FAMILIES[DRAFT_FAMILY])
         self.draft_runner = self._draft_runner_double(case, device)
         self.eager_draft_backend = lambda: TritonMultiStepDraftBackend(self.draft_runner, case.spec.topk,
                                                                         case.spec.num_steps)
+        # as DraftBackendFactory builds the draft extend's backend
+        self.eager_extend_backend = lambda: TritonAttnBackend(self.draft_runner, skip_prefill=False)
         return parts
 
     def _draft_runner_double(self, case: DecodeCase, device: str):
@@ -102,10 +147,18 @@ class EagleDraftTarget(RealModelTarget):
         model = self.draft.model
 
         def forward(forward_batch, *args, **kwargs):
-            # ModelRunner._forward_raw's eager decode: the batch to the model, in the forward context draft_forward
-            # entered with the step's backend (whose metadata the worker planned)
-            return ModelRunnerOutput(logits_output=model.forward(forward_batch.input_ids, forward_batch.positions,
-                                                                 forward_batch), can_run_graph=False)
+            # ModelRunner._forward_raw's eager path: the batch to the model, in the forward context the caller opened
+            # (draft_forward's, with the step's backend) or else one with the runner's own backend (the draft
+            # extend's), whose metadata the worker planned
+            from sglang.srt.model_executor.forward_context import has_forward_context
+
+            from harness.targets.sglang_plumbing import forward_context
+
+            context = contextlib.nullcontext() if has_forward_context() else \
+                forward_context(runner.attn_backend, forward_batch)
+            with context:
+                logits = model.forward(forward_batch.input_ids, forward_batch.positions, forward_batch)
+            return ModelRunnerOutput(logits_output=logits, can_run_graph=False)
 
         runner.forward = forward
         return runner
@@ -115,9 +168,14 @@ class EagleDraftTarget(RealModelTarget):
         attributes are set and whose own methods build its attention backends."""
         from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
 
+        from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+
         def construct(model_runner, **kwargs):
             self.worker = self._worker()
-            return EAGLEDraftCudaGraphRunner(self.worker)
+            runner = EAGLEDraftCudaGraphRunner(self.worker)
+            # then the draft extend's, as `_capture_cuda_graphs` captures it next, over the worker's extend backend
+            self.extend_runner = EAGLEDraftExtendCudaGraphRunner(self.worker)
+            return runner
 
         return construct
 
@@ -191,7 +249,7 @@ class EagleDraftTarget(RealModelTarget):
 
         self.runner._replay_graph = checked
         try:
-            with kernels():
+            with kernels(), _no_compile("a draft decode replay"):
                 return self.runner.execute(fb)
         finally:
             del self.runner._replay_graph  # the class's method again
@@ -214,6 +272,88 @@ class EagleDraftTarget(RealModelTarget):
             self.worker.draft_attn_backend = saved
 
 
+    def stage_extend(self, batch: DraftExtendBatch) -> list[int]:
+        """Each request's row maps its prefix and its verify window (`num_draft_tokens` slots, where the verify wrote
+        and the draft extend writes again); returns the windows' slots, request-major."""
+        width = self.case.spec.num_draft_tokens
+        self.pools.stage([n + width for n in batch.prefixes], batch.pool_rows, batch.seed)
+        return [slot for slots in self.pools.staged_slots for slot in slots[-width:]]
+
+    def extend_forward_batch(self, batch: DraftExtendBatch, out_cache_loc: list[int]):
+        """The DRAFT_EXTEND_V2 ForwardBatch `prepare_for_draft_extend` and `ForwardBatch.init_new` build after a
+        verify: the whole window extends each request (seq_lens past it), the target's hidden states one a token."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+
+        device, width, bs = self.device, self.case.spec.num_draft_tokens, batch.batch_size
+        seq_lens = [n + width for n in batch.prefixes]
+        generator = torch.Generator().manual_seed(batch.seed + 1)
+        hidden = torch.randn((bs * width, self.draft.model_config.hidden_size), generator=generator).to(device)
+        accepted = torch.tensor(batch.accepted, dtype=torch.int32, device=device)
+        spec_info = EagleDraftExtendInput(hidden_states=hidden, num_correct_drafts=accepted - 1,
+                                          num_accept_tokens=accepted, num_tokens_per_req=width,
+                                          num_tokens_for_logprob_per_req=width)
+        as_tensor = lambda values, dtype=torch.int64: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
+        fb = ForwardBatch(
+            forward_mode=ForwardMode.DRAFT_EXTEND_V2, batch_size=bs,
+            input_ids=as_tensor([t for tokens in batch.tokens for t in tokens]),
+            req_pool_indices=as_tensor(batch.pool_rows), seq_lens=as_tensor(seq_lens),
+            seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int64), seq_lens_sum=sum(seq_lens),
+            out_cache_loc=as_tensor(out_cache_loc),
+            positions=as_tensor([n + i for n in batch.prefixes for i in range(width)]),
+            extend_num_tokens=bs * width, extend_seq_lens=as_tensor([width] * bs, torch.int32),
+            extend_prefix_lens=as_tensor(batch.prefixes, torch.int32),
+            extend_start_loc=as_tensor([width * r for r in range(bs)], torch.int32),
+            extend_seq_lens_cpu=[width] * bs, extend_prefix_lens_cpu=list(batch.prefixes),
+            return_logprob=False, spec_algorithm=self.draft_runner.spec_algorithm, spec_info=spec_info,
+            capture_hidden_mode=CaptureHiddenMode.FULL)
+        fb.req_to_token_pool, fb.token_to_kv_pool = self.pools.req_to_token_pool, self.pools.token_to_kv_pool
+        return fb
+
+    def select_index(self, batch: DraftExtendBatch) -> torch.Tensor:
+        """Each request's last accepted token in the flattened window (what `_draft_extend_for_decode` samples)."""
+        width = self.case.spec.num_draft_tokens
+        return torch.tensor([r * width + a - 1 for r, a in enumerate(batch.accepted)], dtype=torch.int64,
+                            device=self.device)
+
+    def replay_extend(self, fb, select_index, before_graph=None):
+        """SGLang's draft-extend `execute`; `before_graph()` between its metadata prep and the graph (as above)."""
+        runner = self.extend_runner
+        if not runner.can_run_graph(fb):
+            raise RuntimeError(f"the draft extend runner refuses batch size {fb.batch_size} "
+                               f"(captured {list(runner.capture_bs)})")
+        replay_graph = runner._replay_graph
+
+        def checked(shape_key, forward_batch):
+            if before_graph is not None:
+                before_graph()
+            return replay_graph(shape_key, forward_batch)
+
+        runner._replay_graph = checked
+        try:
+            with kernels(), _no_compile("a draft extend replay"):
+                return runner.execute(fb, select_index)
+        finally:
+            del runner._replay_graph
+
+    def eager_extend(self, fb, select_index, before_forward=None):
+        """The worker's eager draft extend: the extend backend plans the batch (`prepare_for_draft_extend`), the
+        draft runner's forward runs it, the selected rows are kept (`_draft_extend_for_decode`)."""
+        backend = self.eager_extend_backend()
+        saved = self.draft_runner.attn_backend
+        self.draft_runner.attn_backend = backend
+        try:
+            with kernels(), torch.no_grad():
+                backend.init_forward_metadata(fb)
+                fb.mark_forward_metadata_ready()
+                if before_forward is not None:
+                    before_forward(backend)
+                output = self.draft_runner.forward(fb).logits_output
+        finally:
+            self.draft_runner.attn_backend = saved
+        return output.next_token_logits[select_index], output.hidden_states[select_index]
+
+
 # -- the check --------------------------------------------------------------------------------------------------
 def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) -> None:
     """One draft batch staged, replayed, then run eagerly on the cache the replay saw (see the module docstring)."""
@@ -230,6 +370,12 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
     output = target.replay_draft(fb, before_graph=lambda: check_graph_rails(target, batch, where))
     replayed = [None if t is None else t.clone() for t in output]
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
+    if target.split_tile is not None:  # the splits every draft step's decode kernels read, one per branch
+        from harness.oracles.batch_invariance import check_split_counts
+
+        topk = target.case.spec.topk
+        splits = target.worker.draft_attn_backend.cuda_graph_num_kv_splits[:batch.batch_size * topk].tolist()
+        check_split_counts(splits, [n for n in batch.seq_lens for _ in range(topk)], target.split_tile, where)
     after_replay = pools.snapshot()
     pools.restore(before)
     eager = target.eager_draft(target.draft_forward_batch(batch, out_cache_loc),
@@ -284,3 +430,69 @@ def check_eager_rails(target: EagleDraftTarget, batch: DraftBatch, backend, wher
         segments = expected_segments(batch.seq_lens, rows, spec.topk, spec.num_steps, step)
         check_rails(metadata.kv_indptr, metadata.kv_indices, segments, 0, topk=spec.topk, step=step,
                     what="eager backend's", where=where)
+
+
+def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where: str) -> None:
+    """One draft-extend batch staged, replayed through the extend runner, then run eagerly on the cache the replay
+    saw: the selected rows' logits and hidden states (what the next draft reads) against eager's, the KV the window
+    writes against eager's, the rails against the batch's arithmetic."""
+    from harness.counter import counter
+    from harness.oracles.eager import assert_matches_eager
+    from harness.oracles.graph_replay import check_graph_forward, replay_delta
+    from harness.targets.decode.real_model import _cache_difference
+
+    pools, width = target.pools, target.case.spec.num_draft_tokens
+    out_cache_loc = target.stage_extend(batch)
+    before = pools.snapshot()
+    select = target.select_index(batch)
+    mark = counter.mark()
+    output = target.replay_extend(target.extend_forward_batch(batch, out_cache_loc), select,
+                                  before_graph=lambda: check_extend_graph_rails(target, batch, where))
+    replayed = {"next_token_logits": output.next_token_logits.clone(), "hidden_states": output.hidden_states.clone()}
+    check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
+    after_replay = pools.snapshot()
+    pools.restore(before)
+    logits, hidden = target.eager_extend(
+        target.extend_forward_batch(batch, out_cache_loc), select,
+        before_forward=lambda backend: check_extend_eager_rails(target, batch, backend, where))
+    after_eager = pools.snapshot()
+    # the graph runs the LM head on the selected rows only, eager on the whole window: float32 rounding, `same`'s
+    # tolerance; a padded batch's GEMMs have more rows too
+    try:
+        assert_matches_eager(replayed, {"next_token_logits": logits, "hidden_states": hidden}, exact=False)
+    except OracleFailure as failure:
+        cache = _cache_difference(pools, after_replay, after_eager, False)
+        raise OracleFailure(failure.oracle, f"{where}: the replayed draft extend differs from eager's: "
+                            f"{failure.diagnosis}{'; the KV cache after the replay: ' + cache if cache else ''}",
+                            **failure.details, capture_bs=target.capture_bs) from None
+    cache = _cache_difference(pools, after_replay, after_eager, False)
+    if cache:
+        raise OracleFailure("eager-equality", f"{where}: the replayed draft extend's logits equal eager's but the KV "
+                            f"cache it leaves does not: {cache} (window slots {out_cache_loc}, {width} a request)",
+                            capture_bs=target.capture_bs)
+    pools.restore(after_replay)
+
+
+def _prefix_rows(target: EagleDraftTarget, batch: DraftExtendBatch) -> list[list[int]]:
+    table = target.pools.req_to_token_pool.req_to_token
+    return [table[row, :n].tolist() for row, n in zip(batch.pool_rows, batch.prefixes)]
+
+
+def check_extend_graph_rails(target: EagleDraftTarget, batch: DraftExtendBatch, where: str) -> None:
+    """The rails the draft-extend graph is about to read: its backend's static `qo_indptr`, `kv_indptr` and
+    `cuda_graph_kv_indices`, as the runner's metadata prep left them for the padded batch."""
+    from harness.oracles.draft_rails import check_extend_rails
+
+    backend = target.extend_runner.draft_extend_attn_backend
+    padded = min(s for s in target.extend_runner.capture_bs if s >= batch.batch_size)
+    check_extend_rails(backend.qo_indptr, backend.kv_indptr, backend.cuda_graph_kv_indices,
+                       _prefix_rows(target, batch), target.case.spec.num_draft_tokens, padded - batch.batch_size,
+                       what="graph's", where=f"{where}, padded to {padded}")
+
+
+def check_extend_eager_rails(target: EagleDraftTarget, batch: DraftExtendBatch, backend, where: str) -> None:
+    from harness.oracles.draft_rails import check_extend_rails
+
+    metadata = backend.forward_metadata
+    check_extend_rails(metadata.qo_indptr, metadata.kv_indptr, metadata.kv_indices, _prefix_rows(target, batch),
+                       target.case.spec.num_draft_tokens, 0, what="eager backend's", where=where)

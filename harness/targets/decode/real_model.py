@@ -64,6 +64,11 @@ TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.
                   "sglang.srt.mem_cache.allocation",  # up to 0.5.1x the scheduler's req_to_token writes
                   "sglang.kernels.ops.attention.position",  # up to 0.5.1x ForwardBatch.init_new's extend positions
                   "sglang.kernels.ops.speculative.cache_locs")  # an EAGLE draft's per-step KV rails (eagle_draft.py)
+# Under --enable-deterministic-inference SGLang's Triton backend runs a TARGET_VERIFY's attention through its unified
+# extend kernel, which on a sliding-window layer attends another key set than the plain verify, the torch-native
+# backend and the HF window (logits up to 1.6 apart on the swa family; a strict-xfail finding in the suite). Such a
+# verify is held to its replay only, unless this is set (the finding's test sets it).
+HOLD_DETERMINISTIC_WINDOW_VERIFY = False
 KV_SPLITS = 1  # --triton-attention-num-kv-splits (SGLang's default 8: eight times the interpreted programs)
 KV_TOKENS = 512  # KV slots of the pool (slot 0: SGLang's padding slot)
 
@@ -406,6 +411,9 @@ def check_eager_against_reference(target: RealModelTarget, batch, eager: torch.T
     chain = [[[col <= row for col in range(drafts)] for row in range(drafts)]] * batch.batch_size
     if batch.draft_visibility != chain:
         return
+    if target.split_tile is not None and target._model_runner.sliding_window_size and \
+            not HOLD_DETERMINISTIC_WINDOW_VERIFY:
+        return  # a finding (test_findings_deterministic_verify_misreads_window): held to replay only
     fb = target.forward_batch(batch)
     fb.extend_prefix_lens, fb.extend_seq_lens = fb.seq_lens, torch.full_like(fb.seq_lens, drafts)
     fb.seq_lens = fb.seq_lens + drafts
