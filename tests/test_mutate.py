@@ -365,3 +365,22 @@ def test_a_warm_worker_judges_a_killing_mutant_then_a_clean_copy_without_leaking
         assert f"compile_phase imported from {require_sglang()}/" in output, output[-3000:]
     finally:
         worker.close()
+
+
+@pytest.mark.subprocess  # a warm parent importing what SGLang imports, and an Inductor compile in its child
+def test_a_warm_child_compiles_a_bmm_with_inductor(tmp_path, monkeypatch):
+    """The warm parent imports the probed modules in the order their imports began (`warm._probe`): in alphabetical
+    order `torch._inductor.codegen.cpp_gemm_template` came first, hit a circular import, and left Inductor without
+    its `bmm` lowering, so a compile_kwargs mutant run failed on clean SGLang with "both a fallback and a decomp"
+    (seen in a selftest on a cold Inductor cache). Caches off here, so the compile really lowers."""
+    from harness.mutate.warm import WarmWorker
+
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    worker = WarmWorker()
+    try:
+        code, output = worker.run(["tests/warm_inductor_target.py", "-x", "-q", "-p", "no:cacheprovider",
+                                   "--report-dir", str(tmp_path)], sglang_root=None, timeout=600, mutant="",
+                                  output=tmp_path / "child.out")
+    finally:
+        worker.close()
+    assert code == 0, output[-3000:]

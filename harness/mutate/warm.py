@@ -40,7 +40,12 @@ NEVER_WARM = ("sglang", "sgl_kernel", "torch_npu", "torchair", "torchvision", "h
 
 def _probe() -> None:
     """In the probe process: import the suites' targeted SGLang modules (each may fail on some release; what it
-    imported before failing still counts) and print, one a line, every other module then loaded."""
+    imported before failing still counts) and print, one a line, every other module then loaded, in the order their
+    imports began (`sys.modules` keeps it). The parent imports them in that order, so each package initialises as it
+    did here; in another order (alphabetical did) a submodule imported before its package's own import chain can
+    hit a circular import, fail half-initialised and be dropped: `torch._inductor.codegen.cpp_gemm_template` first
+    left `torch._inductor.kernel.bmm` unregistered, and every Inductor compile of a `bmm` in a warm child failed
+    ("both a fallback and a decomp for same op: aten.bmm.default")."""
     warnings.simplefilter("ignore")
     from harness import registry
     from harness.devices import sgl_kernel_standin
@@ -54,7 +59,7 @@ def _probe() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a release without the module, or one that needs a GPU at import
             pass
-    print("\n".join(name for name in sorted(sys.modules) if not name.startswith(NEVER_WARM)))
+    print("\n".join(name for name in sys.modules if not name.startswith(NEVER_WARM)))
 
 
 def warm_imports() -> list[str]:
@@ -67,7 +72,8 @@ def warm_imports() -> list[str]:
     except importlib.metadata.PackageNotFoundError:
         version = "source"
     origin = Path(spec.origin or "")
-    key = f"{sys.prefix}|{origin}|{version}|{origin.stat().st_mtime if origin.exists() else 0}"
+    # "import order": lists probed before the order was kept (alphabetical) are not reused
+    key = f"{sys.prefix}|{origin}|{version}|{origin.stat().st_mtime if origin.exists() else 0}|import order"
     cache = Path(tempfile.gettempdir()) / "harness-warm" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".txt")
     if not cache.exists():
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
