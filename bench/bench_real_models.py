@@ -1,7 +1,8 @@
 """Benchmark of the real-model suite on the cpu virtual device: per family, the seconds to build SGLang's model
 class (config.json, ModelConfig, DummyModelLoader), the capture (the decode runner's constructor: two warm-ups and
 a capture per size, the Triton kernels run by the CPU interpreter), one replay through `execute`, one eager forward
-on the Triton backend, and the Triton kernel launches each capture recorded; then the wall time of the suite's
+on the Triton backend, and the Triton kernel launches each capture recorded; the same for the EAGLE draft worker's
+draft decode and draft extend graphs; then the wall time of the suite's
 gate profile (`--gate`, at `-n 2`: what the real-model gate examples add to the gate campaign).
 
 Usage: python bench/bench_real_models.py [--sizes 1,2,4] [--gate]
@@ -51,6 +52,46 @@ def bench_family(family: str, sizes: tuple[int, ...]) -> None:
               flush=True)
 
 
+def bench_draft(sizes: tuple[int, ...]) -> None:
+    """The EAGLE draft worker (a tree of 2 branches over 3 steps): build of both models, the capture of its draft
+    decode and draft extend graphs, one replay and one eager run of each (a batch one below the largest size)."""
+    from harness.devices import cpu, get_device
+    from harness.targets.decode import eagle_draft
+    from harness.targets.decode.base import DecodeCase, SpecSettings
+
+    reason = eagle_draft.draft_missing()
+    if reason:
+        print(f"eagle: skipped: {reason}")
+        return
+    with get_device("cpu").install("cuda"):
+        cpu.reset_log()
+        started = time.perf_counter()
+        case = DecodeCase(capture_bs=sizes, max_running_requests=8,
+                          spec=SpecSettings(num_steps=3, topk=2, num_draft_tokens=5, algorithm="EAGLE"))
+        target = eagle_draft.EagleDraftTarget(case)
+        built = time.perf_counter() - started - target.capture_seconds
+        n = max(1, max(sizes) - 1)
+        rows, seq_lens = list(range(1, n + 1)), [9, 4, 17, 6, 11, 3, 20, 8][:n]
+        draft = eagle_draft.DraftBatch(seq_lens, rows, [[1, 2]] * n, [[0.6, 0.3]] * n, seed=1)
+        extend = eagle_draft.DraftExtendBatch(seq_lens, rows, [[1, 2, 3, 4, 5]] * n, [2] * n, seed=2)
+        timings = {}
+        for name, run in (("draft replay", lambda: target.replay_draft(target.draft_forward_batch(
+                              draft, target.stage_draft(draft)))),
+                          ("draft eager", lambda: target.eager_draft(target.draft_forward_batch(
+                              draft, target.stage_draft(draft)))),
+                          ("extend replay", lambda: target.replay_extend(target.extend_forward_batch(
+                              extend, target.stage_extend(extend)), target.select_index(extend))),
+                          ("extend eager", lambda: target.eager_extend(target.extend_forward_batch(
+                              extend, target.stage_extend(extend)), target.select_index(extend)))):
+            started = time.perf_counter()
+            run()
+            timings[name] = time.perf_counter() - started
+        print(f"{'eagle':8s} {'LlamaForCausalLMEagle':20s} build {built:6.2f} s   capture of {list(sizes)} (draft "
+              f"decode + extend): {target.capture_seconds:6.2f} s   "
+              + "   ".join(f"{name} (batch of {n}): {seconds:5.2f} s" for name, seconds in timings.items()),
+              flush=True)
+
+
 def bench_gate() -> None:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", "suites/test_real_models.py", "-q", "-n", "2",
@@ -73,6 +114,7 @@ def main() -> int:
     sizes = tuple(int(s) for s in args.sizes.split(","))
     for family in FAMILIES:
         bench_family(family, sizes)
+    bench_draft(sizes)
     if args.gate:
         bench_gate()
     return 0
