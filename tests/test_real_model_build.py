@@ -24,3 +24,16 @@ def test_a_config_sglang_rejects_surfaces_as_its_own_error(tmp_path):
         real.model_config(path)
     assert "n_routed_experts" in str(refused.value)
     assert not type(refused.value).__module__.startswith("harness")
+
+
+def test_a_draft_worker_without_a_method_the_target_calls_is_a_reason_naming_it(monkeypatch):
+    """A release whose EAGLE draft worker lacks a method the draft target calls (an older layout) is a skip naming
+    the class and the method, never an AttributeError mid-capture."""
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+
+    from harness.targets.decode.eagle_draft import draft_missing
+
+    assert draft_missing() is None
+    monkeypatch.delattr(EagleDraftWorker, "_init_dsa_index_share_state")
+    assert draft_missing().endswith("eagle_worker_v2.EagleDraftWorker lacks _init_dsa_index_share_state: this "
+                                    "target drives the 0.5.2x EAGLE draft worker's layout")

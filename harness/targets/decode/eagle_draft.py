@@ -46,17 +46,34 @@ from harness.targets.decode.base import DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, kernels
 
 RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
+EXTEND_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 DRAFT_FAMILY = "eagle"
 
 
+# what this target calls, by module and class: the 0.5.2x draft worker's layout (its own methods build and run it)
+NEEDED = {
+    WORKER_MODULE: ("EagleDraftWorker", ("init_attention_backend", "draft_forward", "_rebuild_topk1_chain_buffers",
+                                         "_init_dsa_index_share_state")),
+    RUNNER_MODULE: ("EAGLEDraftCudaGraphRunner", ("execute", "_replay_graph")),
+    EXTEND_RUNNER_MODULE: ("EAGLEDraftExtendCudaGraphRunner", ("execute", "_replay_graph")),
+}
+
+
 def draft_missing() -> str | None:
     """Why the installed SGLang cannot run this target (naming the release and what it lacks), or None."""
+    import importlib
+
     from harness.versions import module_exists, sglang_version
 
-    for module in (RUNNER_MODULE, WORKER_MODULE):
+    for module, (name, methods) in NEEDED.items():
         if not module_exists(module):
-            return f"SGLang {sglang_version()} has no {module}: no EAGLE draft decode graphs of this layout"
+            return f"SGLang {sglang_version()} has no {module}: no EAGLE draft graphs of the layout this target drives"
+        owner = getattr(importlib.import_module(module), name, None)
+        lacking = [method for method in methods if not hasattr(owner, method)] if owner is not None else [name]
+        if lacking:
+            return f"SGLang {sglang_version()}: {module}.{name} lacks {', '.join(lacking)}: this target drives the " \
+                   "0.5.2x EAGLE draft worker's layout"
     return missing_family(DRAFT_FAMILIES[DRAFT_FAMILY])
 
 
@@ -167,7 +184,6 @@ class EagleDraftTarget(RealModelTarget):
         """SGLang's draft runner, built as `EagleDraftWorker._capture_cuda_graphs` builds it, over a worker whose
         attributes are set and whose own methods build its attention backends."""
         from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
-
         from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
 
         def construct(model_runner, **kwargs):
@@ -185,7 +201,7 @@ class EagleDraftTarget(RealModelTarget):
 
         spec = self.case.spec
         worker = EagleDraftWorker.__new__(EagleDraftWorker)
-        type(worker).__mro__[1].__init__(worker)  # EagleDraftWorkerBase: its graph bookkeeping
+        super(EagleDraftWorker, worker).__init__()  # what its own __init__ first runs: the base's bookkeeping
         worker.server_args, worker.device, worker.gpu_id = self.server_args, self.device, 0
         worker.topk, worker.speculative_num_steps = spec.topk, spec.num_steps
         worker.speculative_num_draft_tokens = spec.num_draft_tokens
