@@ -378,20 +378,25 @@ def prefill_examples(draw):
                    label="batches")
     # per prompt, the tokens an earlier chunk of SGLang's chunked prefill has prefilled (0: a new request)
     chunks = [[draw(st.one_of(st.just(0), st.integers(0, len(p) - 1))) for p in b] for b in batches]
+    # per batch, the prompts running (decoding) when it arrives: SGLang's mixed chunked prefill mixes their next
+    # decode step in (--enable-mixed-chunk), which its scheduler does only when neither side returns logprobs
+    running = [draw(st.one_of(st.just(()), st.lists(prompt, min_size=1, max_size=2).map(tuple)), label="running")
+               for _ in batches]
     # per prompt, where its input logprobs start (None: it asks none; past its cached chunk, as SGLang keeps a
     # logprob request's prefix before its start)
-    logprobs = [[draw(st.one_of(st.none(), st.integers(c, len(p) - 1))) for p, c in zip(b, cs)]
-                for b, cs in zip(batches, chunks)]
-    return tuple(sorted(counts)), batches, chunks, logprobs
+    logprobs = [[None if mixed else draw(st.one_of(st.none(), st.integers(c, len(p) - 1))) for p, c in zip(b, cs)]
+                for b, cs, mixed in zip(batches, chunks, running)]
+    return tuple(sorted(counts)), batches, chunks, logprobs, running
 
 
-# capture 8 and 16: 8 tokens (a captured count); 11 (padded to 16), the 9-token prompt's first 4 prefilled by an
-# earlier chunk (chunked prefill: its 5 extend on a cached prefix; distinct tokens, so the prefix's values differ
-# from the rest and losing it shows), two of its requests returning logprobs (from 4 and from 1: 5 + 1 + 3 logits
-# rows); then 20 (no graph holds it)
+# capture 8 and 16: 8 tokens (a captured count), mixed with two running requests' decode steps (10 tokens, MIXED,
+# padded to 16); 11 (padded to 16), the 9-token prompt's first 4 prefilled by an earlier chunk (chunked prefill: its
+# 5 extend on a cached prefix; distinct tokens, so the prefix's values differ from the rest and losing it shows),
+# two of its requests returning logprobs (from 4 and from 1: 5 + 1 + 3 logits rows); then 20 (no graph holds it)
 PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), (tuple(range(21, 30)), (3, 4), (7, 7, 7, 7)),
                            ((6,) * 12, (2,) * 8)], [[0, 0], [4, 0, 0], [0, 0]], [[None, None], [4, None, 1],
-                                                                                   [None, None]])
+                                                                                   [None, None]],
+                  [((11, 12, 13, 14, 15, 16, 17), (40, 41)), (), ()])
 
 
 def run_prefill(family, drawn, suite=None, deterministic=False):
@@ -399,23 +404,25 @@ def run_prefill(family, drawn, suite=None, deterministic=False):
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
 
-    counts, batches, chunks, logprobs = drawn
+    counts, batches, chunks, logprobs, running = drawn
     suite = suite or ("real_models_deterministic" if deterministic else "real_models_prefill")
     case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
     with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
-                 chunks=chunks, logprobs=logprobs, **({"deterministic": True} if deterministic else {})) as ex:
+                 chunks=chunks, logprobs=logprobs, running=[[list(p) for p in r] for r in running],
+                 **({"deterministic": True} if deterministic else {})) as ex:
         try:
             with RecompileWatcher("real model prefill forward") as watcher:
                 target = RealModelPrefillTarget(case, family)
                 watcher.arm()
-                verdicts = [check_prefill(target, prompts, index, chunked, starts)
-                            for index, (prompts, chunked, starts) in enumerate(zip(batches, chunks, logprobs))]
+                verdicts = [check_prefill(target, prompts, index, chunked, starts, mixed)
+                            for index, (prompts, chunked, starts, mixed) in
+                            enumerate(zip(batches, chunks, logprobs, running))]
                 watcher.check("a prefill replay compiled a frame")
         except PathMissing as missing:
             pytest.skip(str(missing))
         ex.note("prefills", verdicts)
-        ex.note("replayed", [("EXTEND", sum(len(p) for p in b) - sum(c)) for b, c, v in zip(batches, chunks, verdicts)
-                             if v == "replayed"])
+        ex.note("replayed", [("MIXED" if r else "EXTEND", sum(len(p) for p in b) - sum(c) + len(r))
+                             for b, c, r, v in zip(batches, chunks, running, verdicts) if v == "replayed"])
 
 
 PREFILL_FAMILIES = CAPTURED  # an MLA replay is held to eager within tolerance (`Family.captured_prefill_path`)
@@ -429,7 +436,8 @@ def test_real_model_prefill_breakable_matches_eager(family, drawn, device):
     """SGLang's prefill runner on its breakable backend capturing a real model (`harness/targets/prefill/
     real_model.py`): extend batches from SGLang's batch code replayed against eager, eager against SGLang's
     torch-native attention, the KV cache each leaves, graphs offered exactly to the batches a captured count holds,
-    no recompile."""
+    no recompile; a batch may arrive while other requests decode, and is then SGLang's mixed chunked prefill
+    (MIXED), each running request's row held to its decode step alone (`batch-invariance`)."""
     run_prefill(family, drawn)
 
 
@@ -557,7 +565,8 @@ def replay_case(drawn: dict) -> None:
             batches = [tuple(tuple(p) for p in b) for b in drawn["batches"]]
             chunks = drawn.get("chunks") or [[0] * len(b) for b in batches]  # records before chunked prefill
             logprobs = drawn.get("logprobs") or [[None] * len(b) for b in batches]  # ... and before logprobs
-            run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks, logprobs),
+            running = [tuple(tuple(p) for p in r) for r in drawn.get("running") or [[]] * len(batches)]  # ... mixing
+            run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks, logprobs, running),
                         deterministic=bool(drawn.get("deterministic")))
         return
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)

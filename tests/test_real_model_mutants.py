@@ -367,3 +367,39 @@ def test_extend_reading_no_cached_prefix_fails_against_the_torch_reference(monke
     diagnosis = failure.value.diagnosis
     assert "cached prefixes [4, 0]" in diagnosis, diagnosis
     assert "eager on the Triton backend differs from SGLang's torch-native attention" in diagnosis, diagnosis
+
+
+# a mixed chunked prefill: two prompts (8 tokens) arriving while two requests decode (10 tokens, padded to 16)
+MIXED = (((1, 2, 3), (4, 4, 4, 4, 4)), ((5, 6, 7, 8), (9, 10)))
+
+
+def test_clean_sglang_passes_a_mixed_prefill_replay():
+    from harness.targets.prefill.real_model import check_prefill
+
+    load()
+    with get_device("cpu").install("cuda"):
+        assert check_prefill(_prefill_target("dense"), MIXED[0], 0, running=MIXED[1]) == "replayed"
+
+
+def test_mixed_write_slots_out_of_order_fail_batch_invariance(monkeypatch):
+    """`ScheduleBatch.mix_with_running` putting the running requests' write slots before the prompts' (the batch's
+    tokens are the prompts' first): every token writes its K/V where another token's belongs, so a decode token's
+    lands in another's slot. The extend kernels take the new tokens' own K/V, so this step's logits are right: on
+    an MHA family the torch-native reference (reading them from the cache) already differs from eager
+    (`eager-equality`); on MLA, which has no torch-native prefill reference here, replay and eager run the same
+    wrong batch and agree, and so do the caches they leave; only the K/V the running request's token leaves in its
+    slot, against decoding alone, shows what its next step would read."""
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    from harness.targets.prefill.real_model import check_prefill
+
+    mutant = edited(ScheduleBatch.mix_with_running,
+                    "torch.cat([self.out_cache_loc, running_out_cache_loc])",
+                    "torch.cat([running_out_cache_loc, self.out_cache_loc])")
+    monkeypatch.setattr(ScheduleBatch, "mix_with_running", mutant)
+    load()
+    with get_device("cpu").install("cuda"), pytest.raises(OracleFailure) as failure:
+        check_prefill(_prefill_target("mla"), MIXED[0], 0, running=MIXED[1])
+    assert failure.value.oracle == "batch-invariance"
+    assert "running request 0 (rid 0, history [5, 6, 7, 8," in failure.value.diagnosis
+    assert "the K/V its decode token leaves in its slot" in failure.value.diagnosis

@@ -17,8 +17,10 @@ batch must fit the largest captured size (padding on), else the runner must refu
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from array import array
+from types import SimpleNamespace
 from collections.abc import Callable
 from typing import Any
 
@@ -186,7 +188,33 @@ class Scheduler:
             req.init_next_round_input()
             _admit(req)
 
-    def _prepared(self, reqs) -> Any:
+    def mixed_batch(self, prompts, chunks=None, logprob_starts=None) -> Any:
+        """SGLang's mixed chunked prefill (`--enable-mixed-chunk`): the extend batch of `prompts` (as `extend_batch`)
+        mixed with the running batch's next decode step, as `Scheduler.get_new_batch_prefill` mixes them
+        (`prepare_for_decode` on the running batch, then `mix_with_running`: forward mode MIXED, each running
+        request a one-token extend on its cached prefix), its input ids resolved as the model worker resolves
+        them (`overlap_utils.resolve_forward_inputs`: the prompts' tokens, then each running request's last sampled
+        token, read from the future map by pool row)."""
+        from sglang.srt.managers.overlap_utils import resolve_forward_inputs
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        reqs = self._requests(prompts, logprob_starts)
+        if chunks and any(chunks):
+            self._prefill_chunks([(req, chunk) for req, chunk in zip(reqs, chunks) if chunk])
+        batch = self._prepared(reqs, resolve_input_ids=False)
+        running = self.running
+        with kernels():
+            running.prepare_for_decode()
+        batch.mix_with_running(running)
+        batch.decoding_reqs = running.reqs
+        # the future map's one buffer the resolve reads: each pool row's last sampled token
+        sampled = torch.full((self.pools.requests + 1,), -1, dtype=torch.int64, device=self.target.device)
+        for row, req in zip(running.req_pool_indices.tolist(), running.reqs):
+            sampled[row] = req.output_ids[-1]
+        resolve_forward_inputs(batch, SimpleNamespace(output_tokens_buf=sampled, spec_algo=SpeculativeAlgorithm.NONE))
+        return batch
+
+    def _prepared(self, reqs, resolve_input_ids: bool = True) -> Any:
         from sglang.srt.managers.schedule_batch import ScheduleBatch
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -198,7 +226,7 @@ class Scheduler:
             spec_algorithm=SpeculativeAlgorithm.NONE)
         with kernels():  # up to 0.5.1x the allocation writes req_to_token with a Triton kernel
             batch.prepare_for_extend()
-        if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
+        if resolve_input_ids and batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
             batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # what the model worker does
             batch.prefill_input_ids_cpu = None
         return batch
@@ -300,15 +328,18 @@ class Alone:
         for req in reqs:
             self.requests.pop(req.rid, None)
 
-    def step(self, req) -> torch.Tensor:
-        """The next-token logits of `req` decoding alone its last chosen token (its cache then holds it)."""
+    def step(self, req, decode_window: bool = True) -> torch.Tensor:
+        """The next-token logits of `req` decoding alone its last chosen token (its cache then holds it); a window
+        layer reads the Triton decode's window (`decode_window`), else the model's own (what SGLang's extend kernel
+        reads: a running request's row of a mixed batch)."""
         scheduler, backend = self.requests[req.rid]
         batch = scheduler.running
         batch.reqs[0].output_ids[:] = req.output_ids
         batch.input_ids = torch.tensor(req.output_ids[-1:], dtype=torch.int64, device=batch.device)
         with kernels():
             batch.prepare_for_decode()
-        with triton_decode_windows(self.target.model):  # the window the batch's Triton decode reads
+        windows = triton_decode_windows(self.target.model) if decode_window else contextlib.nullcontext()
+        with windows:  # the window the batch's kernels read
             return self.target.run_eager(scheduler.forward_batch(batch), backend).next_token_logits[0]
 
 

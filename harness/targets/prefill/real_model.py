@@ -141,26 +141,38 @@ class RealModelPrefillTarget(v0_5_14.Target):
             return self.runner.execute(fb)
 
 
-def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=None, logprob_starts=None) -> str:
+def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=None, logprob_starts=None,
+                  running=None) -> str:
     """See the module docstring; returns "replayed" or "refused" (a batch no captured count holds). `chunks`: per
     prompt, the tokens an earlier chunk prefilled (SGLang's chunked prefill; the batch extends the rest).
     `logprob_starts`: per prompt, where its input logprobs start (None: none asked); a replay returning them must
-    equal eager's, and the shared logits buffer it asks for must hold its logits rows (`oracles.logits_buffer`)."""
-    from harness.targets.decode.scheduled import Scheduler, chunking_missing
+    equal eager's, and the shared logits buffer it asks for must hold its logits rows (`oracles.logits_buffer`).
+    `running`: prompts already prefilled and decoding when the batch arrives: the batch is then SGLang's mixed
+    chunked prefill (`Scheduler.mixed_batch`: MIXED, each running request a one-token extend after the prompts),
+    and each running request's logits must be what its plain decode step gives it (`batch-invariance`)."""
+    from harness.targets.decode.scheduled import Alone, Scheduler, chunking_missing
 
     unchunkable = chunking_missing() if chunks and any(chunks) else None
     if unchunkable:
         raise PathMissing(unchunkable)
     scheduler = Scheduler(target, target.pools, target.model_runner)
-    batch = scheduler.extend_batch(prompts, chunks, logprob_starts)
+    alone = None
+    if running:
+        alone = Alone(target)  # each running request on pools of its own: its plain decode step, the reference
+        alone.admit(scheduler.admit(running))
+        batch = scheduler.mixed_batch(prompts, chunks, logprob_starts)
+    else:
+        batch = scheduler.extend_batch(prompts, chunks, logprob_starts)
     fb = scheduler.forward_batch(batch)
     tokens = int(fb.input_ids.shape[0])
     captured = tuple(target.case.capture_tokens)
     prefixes = f", cached prefixes {list(chunks)}" if chunks and any(chunks) else ""
     if logprob_starts and any(start is not None for start in logprob_starts):
         prefixes += f", logprobs from {list(logprob_starts)}"
+    if running:
+        prefixes += f", mixed with {len(running)} running request(s) decoding"
     where = (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens{prefixes}, pool rows "
-             f"{fb.req_pool_indices.tolist()}, captured token counts {list(captured)})")
+             f"{fb.req_pool_indices.tolist()}, {fb.forward_mode.name}, captured token counts {list(captured)})")
     offered = bool(target.runner.can_run_graph(fb))
     refusal = (f"its {tokens} tokens exceed the largest captured count {max(captured)}" if tokens > max(captured)
                else padding_refusal(captured, tokens))
@@ -209,10 +221,48 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
             raise OracleFailure(failure.oracle, f"{where}: the replay's input logprobs differ from eager's: "
                                 f"{failure.diagnosis}", **failure.details) from None
     prefix = list(chunks or [0] * len(prompts))
-    rows, arithmetic = logits_buffer.expected_rows([len(p) - c for p, c in zip(prompts, prefix)], prefix, starts)
+    extends = [len(p) - c for p, c in zip(prompts, prefix)]
+    if running:  # each running request: a one-token extend on its cached prefix, asking no logprobs
+        tails = fb.seq_lens.tolist()[len(prompts):]
+        extends, prefix, starts = extends + [1] * len(tails), prefix + [n - 1 for n in tails], \
+            starts + [None] * len(tails)
+    rows, arithmetic = logits_buffer.expected_rows(extends, prefix, starts)
     logits_buffer.check(asked, rows, arithmetic, where=where)
     pools.restore(after_replay)
+    if alone is not None:
+        check_mixed_decodes(target, fb, got[len(prompts):], alone, scheduler.running.reqs, where)
     return "replayed"
+
+
+def check_mixed_decodes(target, fb, mixed: torch.Tensor, alone, reqs, where: str) -> None:
+    """Each running request of a mixed batch gets what its decode step alone gives it (`scheduled.Alone`: its prompt
+    prefilled and its chosen token decoded on pools of its own, SGLang's torch-native attention; float32
+    tolerance): its row's logits, and the K/V its token leaves in its slot (the cache as the replay left it; the
+    next step reads it). Mixing a prefill in must change neither."""
+    from harness.oracles.batch_invariance import ORACLE
+
+    tails = len(reqs)
+    rows, lens = fb.req_pool_indices.tolist()[-tails:], fb.seq_lens.tolist()[-tails:]
+    table = target.pools.req_to_token_pool.req_to_token
+    for position, (logits, req, row, seq_len) in enumerate(zip(mixed, reqs, rows, lens)):
+        history = list(req.origin_input_ids) + list(req.output_ids)
+        who = f"{where}: running request {position} (rid {req.rid}, history {history})"
+        try:
+            # the row runs SGLang's extend kernel, which reads a window layer's HF window (its decode kernel one
+            # key fewer: test_findings_triton_decode_window_one_key_short)
+            assert_matches_eager(logits, alone.step(req, decode_window=False), exact=False)
+        except OracleFailure as failure:
+            raise OracleFailure(ORACLE, f"{who} gets other logits in the mixed batch than decoding alone: "
+                                f"{failure.diagnosis}", **failure.details) from None
+        scheduler, _ = alone.requests[req.rid]
+        own_row = int(scheduler.running.req_pool_indices[0])
+        own_slot = int(scheduler.pools.req_to_token_pool.req_to_token[own_row, seq_len - 1])
+        slot = int(table[row, seq_len - 1])
+        for (name, buffer), (_, own) in zip(target.pools.buffers(), scheduler.pools.buffers()):
+            if not torch.allclose(buffer[slot], own[own_slot], rtol=1e-4, atol=1e-5):
+                raise OracleFailure(ORACLE, f"{who}: the K/V its decode token leaves in its slot {slot} (`{name}`) "
+                                    "differ from what decoding alone leaves there: the next step reads another "
+                                    "token's K/V as this one's", slot=slot, buffer=name)
 
 
 def prefill_families() -> list[str]:
