@@ -46,17 +46,22 @@ def _mutants(source: str = SOURCE) -> list[operators.Mutant]:
             for m in operators.function_mutants("x.py", source, name, node)]
 
 
+EXTRA = "\n\ndef flag():\n    return True\n\n\ndef power(a, b):\n    return pow(a, b)\n"
+
+
 def test_every_operator_fires_and_none_touches_docstrings_logging_or_annotations():
-    found = _mutants(SOURCE + "\n\ndef flag():\n    return True\n")
+    found = _mutants(SOURCE + EXTRA)
     assert {m.operator for m in found} == EXPECTED_OPERATORS
     for mutant in found:
-        changed = mutant.apply(SOURCE + "\n\ndef flag():\n    return True\n")
+        changed = mutant.apply(SOURCE + EXTRA)
         assert '"""Docstring: 1 < 2 and True."""' in changed, mutant
         assert 'logger.info("sizes %s", [1, 2])' in changed, mutant
         assert "def sizes(capture_bs: list[int], limit: int = " in changed, mutant
     by_operator = {m.operator: m for m in found}
     assert by_operator["swap-min-max"].mutated == "return sorted(kept, key=int)[: (max(len(kept), 8))]"
     assert by_operator["swap-and-or"].mutated == "kept = [bs for bs in capture_bs if (bs <= limit or bs > 0)]"
+    # arguments of a commutative call are never swapped (an equivalent mutant); of any other call they are
+    assert [m.mutated for m in found if m.operator == "swap-call-args"] == ["return (pow(b, a))"]
 
 
 @pytest.mark.slow
