@@ -108,6 +108,7 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_prefill": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_deterministic": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_draft": Picture("batch size", "forward mode", note="replayed"),
+                 "real_models_reference": None,
                  "real_models_refusal": None, "real_models_findings": None},
         coverage=("srt/models/llama.py", "srt/models/qwen2_moe.py", "srt/models/deepseek_v2.py",
                   "srt/models/qwen2_vl.py", "srt/models/gemma2.py", "srt/layers/attention/triton_backend.py",

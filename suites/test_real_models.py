@@ -475,6 +475,59 @@ def test_findings_triton_decode_window_one_key_short(device, monkeypatch):
     run_family("swa", PADDED_BETWEEN_SIZES, record="real_models_findings")
 
 
+# -- against transformers --------------------------------------------------------------------------------------
+@st.composite
+def reference_examples(draw):
+    """One to three prompts (1..12 tokens), each maybe with its first tokens prefilled by an earlier chunk, and zero
+    to two greedy decode steps after the prefill."""
+    vocab = min(f.config["vocab_size"] for f in FAMILIES.values())
+    prompts = draw(st.lists(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=MAX_PROMPT).map(tuple),
+                            min_size=1, max_size=3), label="prompts")
+    chunks = [draw(st.one_of(st.just(0), st.integers(0, len(p) - 1))) for p in prompts]
+    return prompts, chunks, draw(st.integers(0, 2), label="decode steps")
+
+
+# two prompts, the first with 3 of its 8 tokens prefilled by an earlier chunk (past the swa family's window of 6),
+# then two decode steps
+REFERENCE_EXAMPLE = ([(5, 17, 3, 99, 40, 7, 8, 9), (7, 8, 9)], [3, 0], 2)
+
+
+def run_reference(family, drawn):
+    from harness.models.real.transformers_reference import reference_missing
+    from harness.targets.prefill.base import PrefillCase
+    from harness.targets.prefill.real_model import RealModelPrefillTarget, check_against_transformers
+    from harness.targets.prefill.real_model import load_layout
+
+    prompts, chunks, steps = drawn
+    with example("real_models_reference", family=family, prompts=[list(p) for p in prompts], chunks=chunks,
+                 decode_steps=steps) as ex:
+        try:
+            load_layout()
+        except PathMissing as missing:
+            pytest.skip(str(missing))
+        reason = reference_missing(family)
+        if reason:
+            pytest.skip(reason)
+        target = RealModelPrefillTarget(PrefillCase(backend="breakable", capture_tokens=(16,)), family,
+                                        weights="transformers", capture=False)
+        ex.note("compared", check_against_transformers(target, prompts, chunks, steps))
+
+
+REFERENCE_FAMILIES = sorted(FAMILIES)  # MLA skips, naming why (transformers_reference.NO_REFERENCE)
+
+
+@pytest.mark.parametrize("family", REFERENCE_FAMILIES)
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=REFERENCE_EXAMPLE)
+@given(drawn=reference_examples())
+def test_real_model_matches_transformers(family, drawn, device):
+    """SGLang's model class, loaded by SGLang's loader from a checkpoint transformers saved for the family's config,
+    against transformers' own implementation: each request's next-token logits after the prefill (SGLang's batch
+    code, chunked or not, the Triton backend) and after each greedy decode step (`transformers-reference`). The
+    check that sees a model-code bug every other one shares."""
+    run_reference(family, drawn)
+
+
 # -- batches as SGLang's scheduler builds them -------------------------------------------------------------------
 MAX_PROMPT = 12
 MAX_RUNNING = 6  # more than the largest captured size (4): a running batch no graph holds is drawn too
@@ -560,6 +613,10 @@ def replay_case(drawn: dict) -> None:
     """One recorded example without Hypothesis or pytest (repro scripts, pinned regressions)."""
     real_model.load()
     family = drawn.get("family", "dense")
+    if "decode_steps" in drawn:  # a reference example (test_real_model_matches_transformers)
+        with get_device("cpu").install("cuda"):
+            run_reference(family, ([tuple(p) for p in drawn["prompts"]], drawn["chunks"], drawn["decode_steps"]))
+        return
     if "batches" in drawn:  # a prefill example (test_real_model_prefill_breakable_matches_eager)
         with get_device("cpu").install("cuda"):
             batches = [tuple(tuple(p) for p in b) for b in drawn["batches"]]

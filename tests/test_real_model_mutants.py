@@ -403,3 +403,41 @@ def test_mixed_write_slots_out_of_order_fail_batch_invariance(monkeypatch):
     assert failure.value.oracle == "batch-invariance"
     assert "running request 0 (rid 0, history [5, 6, 7, 8," in failure.value.diagnosis
     assert "the K/V its decode token leaves in its slot" in failure.value.diagnosis
+
+
+# two prompts, the first with 3 of its 8 tokens prefilled by an earlier chunk, then two decode steps
+REFERENCE = ([(5, 17, 3, 99, 40, 7, 8, 9), (7, 8, 9)], [3, 0], 2)
+
+
+def _reference_check(family: str) -> int:
+    from harness.targets.prefill.base import PrefillCase
+    from harness.targets.prefill.real_model import RealModelPrefillTarget, check_against_transformers
+
+    load()
+    with get_device("cpu").install("cuda"):
+        target = RealModelPrefillTarget(PrefillCase(backend="breakable", capture_tokens=(16,)), family,
+                                        weights="transformers", capture=False)
+        return check_against_transformers(target, *REFERENCE)
+
+
+@pytest.mark.parametrize("reference_family", ["dense", "moe", "swa", "vlm"])
+def test_clean_sglang_matches_transformers(reference_family):
+    assert _reference_check(reference_family) == 3 * 2  # the prefill and two decode steps, two requests each
+
+
+def test_gate_and_up_shards_swapped_at_load_fail_the_transformers_reference(monkeypatch):
+    """`LlamaForCausalLM`'s weight loader mapping the checkpoint's `gate_proj` into the second half of the fused
+    `gate_up_proj` and `up_proj` into the first (two shard ids swapped): the MLP applies SiLU to the wrong half.
+    Replay, eager, the torch-native backend and a request alone all run the same swapped weights and agree; only
+    another implementation of the architecture over the same checkpoint shows it."""
+    from sglang.srt.models.llama import LlamaForCausalLM
+
+    mutant = edited(LlamaForCausalLM._legacy_load_weights,
+                    '(".gate_up_proj", ".gate_proj", 0),\n        (".gate_up_proj", ".up_proj", 1),',
+                    '(".gate_up_proj", ".gate_proj", 1),\n        (".gate_up_proj", ".up_proj", 0),')
+    monkeypatch.setattr(LlamaForCausalLM, "_legacy_load_weights", mutant)
+    with pytest.raises(OracleFailure) as failure:
+        _reference_check("dense")
+    assert failure.value.oracle == "transformers-reference"
+    assert "the prefill, request 0 (cached prefix 3): SGLang's next-token logits after 8 tokens" in \
+        failure.value.diagnosis

@@ -60,6 +60,10 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
     Oracle("draft-rails", "each EAGLE draft step's attention reads its request's prefix then its branch's draft "
            "slots through that step (`seq_len + step + 1` slots, branch-major), in the graph and eagerly; a padded "
            "branch reads only the padding slot", "harness/oracles/draft_rails.py", ("test_eagle_draft_mutants.py",)),
+    Oracle("transformers-reference", "SGLang's model class, loaded by its own loader from a checkpoint transformers "
+           "saved, gives each request the next-token logits transformers' implementation gives its tokens, after a "
+           "prefill (chunked or not) and after each decode step", "harness/oracles/transformers_reference.py",
+           ("test_real_model_mutants.py",)),
     Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
            "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
     Oracle("graph-break", "where SGLang compiles with `fullgraph=True` Dynamo traces the body whole; a break is "

@@ -79,12 +79,17 @@ def backend_refusal(backend: str) -> str | None:
 class RealModelPrefillTarget(v0_5_14.Target):
     """See the module docstring. `family`: a key of `harness.models.real.FAMILIES` whose capture the device allows."""
 
-    def __init__(self, case: PrefillCase, family: str, device: str = "cpu") -> None:
+    def __init__(self, case: PrefillCase, family: str, device: str = "cpu", *, weights: str = "dummy",
+                 capture: bool = True) -> None:
+        """`weights`: "dummy" (the family's model, SGLang's dummy loader) or "transformers" (loaded from the
+        checkpoint transformers saved: `transformers_reference`); `capture=False`: the pools, the runner double and
+        the backends only, no prefill runner (eager runs)."""
         layout = load_layout()
-        reason = missing(family) or backend_refusal(case.backend) or layout.backend_gap(case.backend, device)
+        reason = missing(family) or (capture and (backend_refusal(case.backend) or
+                                                  layout.backend_gap(case.backend, device)))
         if reason:
             raise PathMissing(reason)
-        self.family = family
+        self.family, self._weights, self._capture = family, weights, capture
         super().__init__(case, layout, device)
 
     def _build(self, case: PrefillCase, device: str) -> None:
@@ -94,7 +99,12 @@ class RealModelPrefillTarget(v0_5_14.Target):
 
         self.server_args = v0_5_14.publish_config(case, device)
         ensure_tp_group()
-        self.real = real_model(self.family)
+        if self._weights == "transformers":
+            from harness.models.real import transformers_reference
+
+            self.real = transformers_reference.sglang_model(self.family)
+        else:
+            self.real = real_model(self.family)
         self.model = self.real.model
         self.pools = pools = Pools(self.real.model_config, case.max_requests, KV_TOKENS, device)
         self.kv = KvCache(case.max_requests, case.max_context, device=device)  # what make_model_runner sizes from
@@ -115,6 +125,8 @@ class RealModelPrefillTarget(v0_5_14.Target):
         self.eager_attn_backend = TritonAttnBackend(runner)
         self.reference_attn_backend = TorchNativeAttnBackend(runner)
         self.model_runner = runner
+        if not self._capture:
+            return
         if v0_5_14.module_exists(SHARED_OUTPUT_MODULE):  # SGLang's own shared logits buffer (the decode graphs'
             # rows, here the largest captured count: a prefill's logits rows never exceed its tokens)
             shared = load(SHARED_OUTPUT_MODULE, "GraphSharedOutput")
@@ -268,3 +280,36 @@ def check_mixed_decodes(target, fb, mixed: torch.Tensor, alone, reqs, where: str
 def prefill_families() -> list[str]:
     """The families whose capture the device allows (Qwen2-MoE's host-synchronising experts refuse any capture)."""
     return sorted(name for name, family in FAMILIES.items() if family.capture_refusal is None)
+
+
+def check_against_transformers(target: RealModelPrefillTarget, prompts, chunks, decode_steps: int) -> int:
+    """SGLang's eager forward of `target`'s model (loaded from transformers' checkpoint: `weights="transformers"`)
+    against transformers' (`oracles.transformers_reference`): an extend batch of `prompts` through SGLang's batch
+    code (`chunks`: tokens an earlier chunk prefilled), on the Triton backend; then `decode_steps` greedy decode
+    steps of the batch, each request's logits against transformers' for its history so far. A window family decodes
+    on SGLang's torch-native backend, which reads the model's window as transformers does (the Triton decode reads
+    one key fewer: `test_findings_triton_decode_window_one_key_short`). Returns the comparisons made."""
+    from harness.models.real import transformers_reference
+    from harness.oracles.transformers_reference import check
+    from harness.targets.decode.scheduled import Scheduler
+
+    family, compared = target.family, 0
+    scheduler = Scheduler(target, target.pools, target.model_runner)
+    batch = scheduler.extend_batch(prompts, chunks)
+    logits = target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend).next_token_logits
+    decode_backend = target.reference_attn_backend if target.model_runner.sliding_window_size else \
+        target.eager_attn_backend
+    for step in range(decode_steps + 1):
+        where = "the prefill" if step == 0 else f"decode step {step}"
+        for index, req in enumerate(batch.reqs):
+            history = scheduler.history(req)
+            check(logits[index], transformers_reference.logits(family, history), history=history,
+                  where=f"{where}, request {index} (cached prefix {(chunks or [0] * len(prompts))[index]})")
+            compared += 1
+        if step == decode_steps:
+            return compared
+        scheduler.advance(batch, logits.argmax(-1))
+        if scheduler.running is None:
+            scheduler.running = batch
+        logits = target.run_eager(scheduler.prepare_decode().built(), decode_backend).next_token_logits
+    return compared

@@ -1,0 +1,82 @@
+"""Hugging Face `transformers` as an independent reference for SGLang's model classes.
+
+Every other check of a real model compares SGLang with SGLang: replay with eager, the Triton backend with SGLang's
+torch-native one, a batch with a request alone. A bug in the model's own code (a rotary embedding not built, a norm
+or an activation swapped, a weight loaded into the wrong shard) moves all of them together. Here the family's
+config is instantiated by `transformers` (its own implementation of the architecture), its weights drawn over
++-`WEIGHT_RANGE` from a seed and saved as a safetensors checkpoint, and SGLang builds its model class from that
+checkpoint through its real loader (`load_format="auto"`: `DefaultModelLoader`, the model's `load_weights` with
+its stacked-parameter mapping). The two forwards of the same prompt must then agree within float32 tolerance.
+
+`reference_missing(family)` says why a family has no reference here (decided before a run, from the family):
+MLA's config names SGLang's own CPU rope (`deepseek_yarn`), which `transformers` does not know.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from harness.models.real import FAMILIES, WEIGHT_RANGE, RealModel, cpu_construction, model_config, write_config
+
+SEED = 5
+# family -> why transformers cannot stand beside it here
+NO_REFERENCE = {
+    "mla": "its config names SGLang's CPU rope scaling `deepseek_yarn` (the MLA family's only rope on a CPU), which "
+           "transformers does not know",
+}
+
+
+def reference_missing(family: str) -> str | None:
+    """Why `family` has no transformers reference (the installed transformers lacks its class, or its config), or
+    None."""
+    if family in NO_REFERENCE:
+        return f"no transformers reference for the {family} family: {NO_REFERENCE[family]}"
+    import transformers
+
+    architecture = FAMILIES[family].architecture
+    if not hasattr(transformers, architecture):
+        return f"transformers {transformers.__version__} has no {architecture}"
+    return None
+
+
+@functools.cache
+def checkpoint(family: str) -> tuple[str, Any]:
+    """(folder, the transformers model): the family's config instantiated by transformers, weights drawn from
+    `SEED` over +-WEIGHT_RANGE, saved as safetensors beside the config (one per family and process)."""
+    import transformers
+
+    folder = write_config(FAMILIES[family])
+    config = transformers.AutoConfig.from_pretrained(folder)
+    model = getattr(transformers, FAMILIES[family].architecture)._from_config(config, torch_dtype=torch.float32)
+    generator = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for _, parameter in sorted(model.named_parameters()):
+            parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * WEIGHT_RANGE)
+    model.eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder, model
+
+
+def sglang_model(family: str) -> RealModel:
+    """SGLang's class for `family` loaded from `checkpoint(family)` by SGLang's loader (the published config and
+    model-parallel groups must be in place, as for `harness.models.real.build`)."""
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader import get_model
+
+    folder, _ = checkpoint(family)
+    config = model_config(folder)
+    with cpu_construction():
+        model = get_model(model_config=config, load_config=LoadConfig(load_format="auto"),
+                          device_config=DeviceConfig("cpu"))
+    model.requires_grad_(False)
+    return RealModel(FAMILIES[family], model, config, folder)
+
+
+def logits(family: str, tokens: list[int]) -> torch.Tensor:
+    """transformers' next-token logits after `tokens` (one sequence from position 0, no cache)."""
+    _, model = checkpoint(family)
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([tokens])).logits[0, -1]
