@@ -513,7 +513,7 @@ def run_reference(family, drawn):
         ex.note("compared", check_against_transformers(target, prompts, chunks, steps))
 
 
-REFERENCE_FAMILIES = sorted(FAMILIES)  # MLA skips, naming why (transformers_reference.NO_REFERENCE)
+REFERENCE_FAMILIES = sorted(FAMILIES)
 
 
 @pytest.mark.parametrize("family", REFERENCE_FAMILIES)

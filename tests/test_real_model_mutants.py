@@ -420,7 +420,7 @@ def _reference_check(family: str) -> int:
         return check_against_transformers(target, *REFERENCE)
 
 
-@pytest.mark.parametrize("reference_family", ["dense", "moe", "swa", "vlm"])
+@pytest.mark.parametrize("reference_family", ["dense", "mla", "moe", "swa", "vlm"])
 def test_clean_sglang_matches_transformers(reference_family):
     assert _reference_check(reference_family) == 3 * 2  # the prefill and two decode steps, two requests each
 

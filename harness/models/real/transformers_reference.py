@@ -8,8 +8,10 @@ config is instantiated by `transformers` (its own implementation of the architec
 checkpoint through its real loader (`load_format="auto"`: `DefaultModelLoader`, the model's `load_weights` with
 its stacked-parameter mapping). The two forwards of the same prompt must then agree within float32 tolerance.
 
-`reference_missing(family)` says why a family has no reference here (decided before a run, from the family):
-MLA's config names SGLang's own CPU rope (`deepseek_yarn`), which `transformers` does not know.
+Where the two read a config differently, transformers gets its own spelling (`TRANSFORMERS_OVERRIDES`) and SGLang
+the family's config.json, rewritten over it after the save: MLA's rope is SGLang's CPU `deepseek_yarn`, which
+transformers spells `yarn` (at factor 1 and mscale 1 both are the plain rotary embedding). `reference_missing`
+says why a family has no reference (the installed transformers lacks its class).
 """
 from __future__ import annotations
 
@@ -21,18 +23,16 @@ import torch
 from harness.models.real import FAMILIES, WEIGHT_RANGE, RealModel, cpu_construction, model_config, write_config
 
 SEED = 5
-# family -> why transformers cannot stand beside it here
-NO_REFERENCE = {
-    "mla": "its config names SGLang's CPU rope scaling `deepseek_yarn` (the MLA family's only rope on a CPU), which "
-           "transformers does not know",
+# family -> the config keys transformers reads in its own spelling
+TRANSFORMERS_OVERRIDES = {
+    "mla": {"rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 1.0,
+                             "original_max_position_embeddings": 512, "beta_fast": 32, "beta_slow": 1,
+                             "mscale": 1.0, "mscale_all_dim": 1.0}},
 }
 
 
 def reference_missing(family: str) -> str | None:
-    """Why `family` has no transformers reference (the installed transformers lacks its class, or its config), or
-    None."""
-    if family in NO_REFERENCE:
-        return f"no transformers reference for the {family} family: {NO_REFERENCE[family]}"
+    """Why `family` has no transformers reference (the installed transformers lacks its class), or None."""
     import transformers
 
     architecture = FAMILIES[family].architecture
@@ -47,15 +47,17 @@ def checkpoint(family: str) -> tuple[str, Any]:
     `SEED` over +-WEIGHT_RANGE, saved as safetensors beside the config (one per family and process)."""
     import transformers
 
-    folder = write_config(FAMILIES[family])
+    spec = FAMILIES[family]
+    folder = write_config(spec, **TRANSFORMERS_OVERRIDES.get(family, {}))
     config = transformers.AutoConfig.from_pretrained(folder)
-    model = getattr(transformers, FAMILIES[family].architecture)._from_config(config, torch_dtype=torch.float32)
+    model = getattr(transformers, spec.architecture)._from_config(config, torch_dtype=torch.float32)
     generator = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for _, parameter in sorted(model.named_parameters()):
             parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * WEIGHT_RANGE)
     model.eval()
     model.save_pretrained(folder, safe_serialization=True)
+    write_config(spec, folder)  # SGLang reads the family's own config beside the weights
     return folder, model
 
 
