@@ -176,25 +176,57 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     else:
         batch = scheduler.extend_batch(prompts, chunks, logprob_starts)
     fb = scheduler.forward_batch(batch)
-    tokens = int(fb.input_ids.shape[0])
-    captured = tuple(target.case.capture_tokens)
+    where = _describe(target, fb, prompts, index, chunks, logprob_starts, running)
+    if not _admitted(target, fb, where):
+        return "refused"
+    starts = list(logprob_starts or [None] * len(prompts))
+    got, asked = _replay_against_eager(target, fb, lambda: scheduler.forward_batch(batch), where,
+                                       logprobs=any(start is not None for start in starts))
+    prefix = list(chunks or [0] * len(prompts))
+    extends = [len(p) - c for p, c in zip(prompts, prefix)]
+    if running:  # each running request: a one-token extend on its cached prefix, asking no logprobs
+        tails = fb.seq_lens.tolist()[len(prompts):]
+        extends, prefix, starts = extends + [1] * len(tails), prefix + [n - 1 for n in tails], \
+            starts + [None] * len(tails)
+    rows, arithmetic = logits_buffer.expected_rows(extends, prefix, starts)
+    logits_buffer.check(asked, rows, arithmetic, where=where)
+    if alone is not None:
+        check_mixed_decodes(target, fb, got[len(prompts):], alone, scheduler.running.reqs, where)
+    return "replayed"
+
+
+def _describe(target, fb, prompts, index, chunks, logprob_starts, running) -> str:
+    """The batch as a failure names it."""
     prefixes = f", cached prefixes {list(chunks)}" if chunks and any(chunks) else ""
     if logprob_starts and any(start is not None for start in logprob_starts):
         prefixes += f", logprobs from {list(logprob_starts)}"
     if running:
         prefixes += f", mixed with {len(running)} running request(s) decoding"
-    where = (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens{prefixes}, pool rows "
-             f"{fb.req_pool_indices.tolist()}, {fb.forward_mode.name}, captured token counts {list(captured)})")
+    return (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens{prefixes}, pool rows "
+            f"{fb.req_pool_indices.tolist()}, {fb.forward_mode.name}, captured token counts "
+            f"{list(target.case.capture_tokens)})")
+
+
+def _admitted(target, fb, where: str) -> bool:
+    """Whether the case says a graph holds the batch (its tokens within the largest captured count, padded at most
+    twice), which the runner's offer must match (`admission`)."""
+    tokens, captured = int(fb.input_ids.shape[0]), tuple(target.case.capture_tokens)
     offered = bool(target.runner.can_run_graph(fb))
     refusal = (f"its {tokens} tokens exceed the largest captured count {max(captured)}" if tokens > max(captured)
                else padding_refusal(captured, tokens))
-    if refusal:
-        if offered:
-            raise OracleFailure("admission", f"{where}: the runner offers a graph though {refusal}")
-        return "refused"
-    if not offered:
+    if refusal and offered:
+        raise OracleFailure("admission", f"{where}: the runner offers a graph though {refusal}")
+    if not refusal and not offered:
         raise OracleFailure("admission", f"{where}: the runner refuses {tokens} tokens though the captured count "
                             f"{min(c for c in captured if c >= tokens)} holds them")
+    return not refusal
+
+
+def _replay_against_eager(target, fb, fresh_batch, where: str, logprobs: bool) -> tuple[torch.Tensor, list[int]]:
+    """Replay `fb`, then eager on the cache the replay saw (`fresh_batch()`: the batch built again), eager against
+    SGLang's torch-native attention (an MHA family), replay against eager and the KV caches they leave, the input
+    logprobs when asked; the pools are left as the replay left them. Returns the replay's logits and the rows of
+    the shared logits buffers it asked for."""
     pools = target.pools
     # the harness reads the whole cache, as a host read of device memory: after a device synchronisation (the
     # breakable capture's eager breaks wrote the pool on the capture stream, and nothing later orders them)
@@ -207,14 +239,15 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     device_module.synchronize()
     after_replay = pools.snapshot()
     pools.restore(before)
-    eager_output = target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend)
+    eager_output = target.run_eager(fresh_batch(), target.eager_attn_backend)
     eager = eager_output.next_token_logits
     after_eager = pools.snapshot()
     if not pools.mla:  # an MLA model's extend takes its MHA path, which the torch-native backend cannot run
         pools.restore(before)
-        reference = target.run_eager(scheduler.forward_batch(batch), target.reference_attn_backend)
+        reference = target.run_eager(fresh_batch(), target.reference_attn_backend)
         eager_matches_reference(eager, reference.next_token_logits, where)
-    exact = tokens in captured and target.real.family.captured_prefill_path is None
+    tokens = int(fb.input_ids.shape[0])
+    exact = tokens in target.case.capture_tokens and target.real.family.captured_prefill_path is None
     cache = _cache_difference(pools, after_replay, after_eager, exact)
     try:
         assert_matches_eager(got, eager, exact=exact)
@@ -225,25 +258,14 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     if cache:
         raise OracleFailure("eager-equality", f"{where}: the replay's logits equal eager's but the KV cache it "
                             f"leaves does not: {cache}")
-    starts = list(logprob_starts or [None] * len(prompts))
-    if any(start is not None for start in starts):
+    if logprobs:
         try:
             assert_matches_eager(replayed.input_token_logprobs, eager_output.input_token_logprobs, exact=exact)
         except OracleFailure as failure:
             raise OracleFailure(failure.oracle, f"{where}: the replay's input logprobs differ from eager's: "
                                 f"{failure.diagnosis}", **failure.details) from None
-    prefix = list(chunks or [0] * len(prompts))
-    extends = [len(p) - c for p, c in zip(prompts, prefix)]
-    if running:  # each running request: a one-token extend on its cached prefix, asking no logprobs
-        tails = fb.seq_lens.tolist()[len(prompts):]
-        extends, prefix, starts = extends + [1] * len(tails), prefix + [n - 1 for n in tails], \
-            starts + [None] * len(tails)
-    rows, arithmetic = logits_buffer.expected_rows(extends, prefix, starts)
-    logits_buffer.check(asked, rows, arithmetic, where=where)
     pools.restore(after_replay)
-    if alone is not None:
-        check_mixed_decodes(target, fb, got[len(prompts):], alone, scheduler.running.reqs, where)
-    return "replayed"
+    return got, asked
 
 
 def check_mixed_decodes(target, fb, mixed: torch.Tensor, alone, reqs, where: str) -> None:
