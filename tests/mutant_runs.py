@@ -113,6 +113,15 @@ def edited(function, old: str, new: str):
 
     source = textwrap.dedent(inspect.getsource(function))
     assert source.count(old) == 1, f"{function.__qualname__}: the mutant's text is not in the installed source once"
+    source = source.replace(old, new)
     namespace: dict = {}
-    exec(compile(source.replace(old, new), inspect.getsourcefile(function), "exec"), function.__globals__, namespace)
-    return namespace[function.__name__]
+    if "super()" not in source:
+        exec(compile(source, inspect.getsourcefile(function), "exec"), function.__globals__, namespace)
+        return namespace[function.__name__]
+    # a method calling zero-argument super() needs the `__class__` cell its class body gave it: recompiled alone it
+    # has none, so `super()` is spelled out against the method's class, which a factory's closure holds
+    owner = function.__globals__[function.__qualname__.split(".")[0]]
+    body = textwrap.indent(source.replace("super()", "super(__class__, self)"), "    ")
+    factory = f"def _with_class(__class__):\n{body}\n    return {function.__name__}\n"
+    exec(compile(factory, inspect.getsourcefile(function), "exec"), function.__globals__, namespace)
+    return namespace["_with_class"](owner)

@@ -409,14 +409,14 @@ def test_mixed_write_slots_out_of_order_fail_batch_invariance(monkeypatch):
 REFERENCE = ([(5, 17, 3, 99, 40, 7, 8, 9), (7, 8, 9)], [3, 0], 2)
 
 
-def _reference_check(family: str) -> int:
+def _reference_check(family: str, tied: bool | None = None) -> int:
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_against_transformers
 
     load()
     with get_device("cpu").install("cuda"):
         target = RealModelPrefillTarget(PrefillCase(backend="breakable", capture_tokens=(16,)), family,
-                                        weights="transformers", capture=False)
+                                        weights="transformers", tied=tied, capture=False)
         return check_against_transformers(target, *REFERENCE)
 
 
@@ -441,3 +441,18 @@ def test_gate_and_up_shards_swapped_at_load_fail_the_transformers_reference(monk
     assert failure.value.oracle == "transformers-reference"
     assert "the prefill, request 0 (cached prefix 3): SGLang's next-token logits after 8 tokens" in \
         failure.value.diagnosis
+
+
+def test_mla_untying_a_tied_head_fails_the_transformers_reference(monkeypatch):
+    """`DeepseekV2ForCausalLM.__init__` tying its LM head only on a pipeline of 0 ranks (a constant off by one):
+    a tied checkpoint then gets a head of its own that nothing loads. Every SGLang-against-SGLang check runs the
+    same untied model; transformers ties."""
+    from sglang.srt.models.deepseek_v2 import DeepseekV2ForCausalLM
+
+    assert _reference_check("mla", tied=True) == 6  # clean SGLang ties as transformers does
+    monkeypatch.setattr(DeepseekV2ForCausalLM, "__init__", edited(
+        DeepseekV2ForCausalLM.__init__, "self.pp_group.world_size == 1 and config.tie_word_embeddings",
+        "self.pp_group.world_size == 0 and config.tie_word_embeddings"))
+    with pytest.raises(OracleFailure) as failure:
+        _reference_check("mla", tied=True)
+    assert failure.value.oracle == "transformers-reference"

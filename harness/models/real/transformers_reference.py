@@ -41,14 +41,22 @@ def reference_missing(family: str) -> str | None:
     return None
 
 
+# families whose SGLang class reads `tie_word_embeddings` (the LM head then the embedding): a drawn variant flips it.
+# Gemma2 ties always; SGLang's Qwen2MoeForCausalLM never reads the flag (a finding: a tied checkpoint, which
+# carries no lm_head.weight, loads without a word and its LM head keeps its construction values)
+TIE_VARIANTS = ("dense", "mla", "vlm")
+
+
 @functools.cache
-def checkpoint(family: str) -> tuple[str, Any]:
-    """(folder, the transformers model): the family's config instantiated by transformers, weights drawn from
-    `SEED` over +-WEIGHT_RANGE, saved as safetensors beside the config (one per family and process)."""
+def checkpoint(family: str, tied: bool | None = None) -> tuple[str, Any]:
+    """(folder, the transformers model): the family's config (with `tie_word_embeddings=tied`, None: the family's
+    own) instantiated by transformers, weights drawn from `SEED` over +-WEIGHT_RANGE, saved as safetensors beside
+    the config (one per family, variant and process)."""
     import transformers
 
     spec = FAMILIES[family]
-    folder = write_config(spec, **TRANSFORMERS_OVERRIDES.get(family, {}))
+    both = {} if tied is None else {"tie_word_embeddings": tied}  # what SGLang and transformers both read
+    folder = write_config(spec, **both, **TRANSFORMERS_OVERRIDES.get(family, {}))
     config = transformers.AutoConfig.from_pretrained(folder)
     model = getattr(transformers, spec.architecture)._from_config(config, torch_dtype=torch.float32)
     generator = torch.Generator().manual_seed(SEED)
@@ -57,18 +65,18 @@ def checkpoint(family: str) -> tuple[str, Any]:
             parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * WEIGHT_RANGE)
     model.eval()
     model.save_pretrained(folder, safe_serialization=True)
-    write_config(spec, folder)  # SGLang reads the family's own config beside the weights
+    write_config(spec, folder, **both)  # SGLang reads the family's own config beside the weights
     return folder, model
 
 
-def sglang_model(family: str) -> RealModel:
-    """SGLang's class for `family` loaded from `checkpoint(family)` by SGLang's loader (the published config and
-    model-parallel groups must be in place, as for `harness.models.real.build`)."""
+def sglang_model(family: str, tied: bool | None = None) -> RealModel:
+    """SGLang's class for `family` loaded from `checkpoint(family, tied)` by SGLang's loader (the published config
+    and model-parallel groups must be in place, as for `harness.models.real.build`)."""
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader import get_model
 
-    folder, _ = checkpoint(family)
+    folder, _ = checkpoint(family, tied)
     config = model_config(folder)
     with cpu_construction():
         model = get_model(model_config=config, load_config=LoadConfig(load_format="auto"),
@@ -77,8 +85,8 @@ def sglang_model(family: str) -> RealModel:
     return RealModel(FAMILIES[family], model, config, folder)
 
 
-def logits(family: str, tokens: list[int]) -> torch.Tensor:
+def logits(family: str, tokens: list[int], tied: bool | None = None) -> torch.Tensor:
     """transformers' next-token logits after `tokens` (one sequence from position 0, no cache)."""
-    _, model = checkpoint(family)
+    _, model = checkpoint(family, tied)
     with torch.no_grad():
         return model(input_ids=torch.tensor([tokens])).logits[0, -1]

@@ -80,16 +80,16 @@ class RealModelPrefillTarget(v0_5_14.Target):
     """See the module docstring. `family`: a key of `harness.models.real.FAMILIES` whose capture the device allows."""
 
     def __init__(self, case: PrefillCase, family: str, device: str = "cpu", *, weights: str = "dummy",
-                 capture: bool = True) -> None:
+                 tied: bool | None = None, capture: bool = True) -> None:
         """`weights`: "dummy" (the family's model, SGLang's dummy loader) or "transformers" (loaded from the
-        checkpoint transformers saved: `transformers_reference`); `capture=False`: the pools, the runner double and
-        the backends only, no prefill runner (eager runs)."""
+        checkpoint transformers saved: `transformers_reference`, `tied` its `tie_word_embeddings` variant);
+        `capture=False`: the pools, the runner double and the backends only, no prefill runner (eager runs)."""
         layout = load_layout()
         reason = missing(family) or (capture and (backend_refusal(case.backend) or
                                                   layout.backend_gap(case.backend, device)))
         if reason:
             raise PathMissing(reason)
-        self.family, self._weights, self._capture = family, weights, capture
+        self.family, self._weights, self._tied, self._capture = family, weights, tied, capture
         super().__init__(case, layout, device)
 
     def _build(self, case: PrefillCase, device: str) -> None:
@@ -102,7 +102,7 @@ class RealModelPrefillTarget(v0_5_14.Target):
         if self._weights == "transformers":
             from harness.models.real import transformers_reference
 
-            self.real = transformers_reference.sglang_model(self.family)
+            self.real = transformers_reference.sglang_model(self.family, self._tied)
         else:
             self.real = real_model(self.family)
         self.model = self.real.model
@@ -325,7 +325,7 @@ def check_against_transformers(target: RealModelPrefillTarget, prompts, chunks, 
         where = "the prefill" if step == 0 else f"decode step {step}"
         for index, req in enumerate(batch.reqs):
             history = scheduler.history(req)
-            check(logits[index], transformers_reference.logits(family, history), history=history,
+            check(logits[index], transformers_reference.logits(family, history, target._tied), history=history,
                   where=f"{where}, request {index} (cached prefix {(chunks or [0] * len(prompts))[index]})")
             compared += 1
         if step == decode_steps:
