@@ -116,6 +116,21 @@ def chunking_missing() -> str | None:
     return None
 
 
+def mixing_missing() -> str | None:
+    """Why the installed release's mixed chunked prefill is not driven here (naming what it lacks), or None."""
+    from harness.versions import sglang_version
+
+    import sglang.srt.managers.overlap_utils as overlap_utils
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    if not hasattr(ScheduleBatch, "mix_with_running"):
+        return f"SGLang {sglang_version()} has no ScheduleBatch.mix_with_running: no mixed chunked prefill"
+    if not hasattr(overlap_utils, "resolve_forward_inputs"):
+        return f"SGLang {sglang_version()} has no overlap_utils.resolve_forward_inputs: a mixed batch's input ids " \
+               "are resolved another way there"
+    return None
+
+
 class Scheduler:
     """The part of SGLang's scheduler a decode runner's input depends on, over the target's pools (module
     docstring). `running`: SGLang's running `ScheduleBatch`, None before the first admission."""

@@ -162,11 +162,11 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     `running`: prompts already prefilled and decoding when the batch arrives: the batch is then SGLang's mixed
     chunked prefill (`Scheduler.mixed_batch`: MIXED, each running request a one-token extend after the prompts),
     and each running request's logits must be what its plain decode step gives it (`batch-invariance`)."""
-    from harness.targets.decode.scheduled import Alone, Scheduler, chunking_missing
+    from harness.targets.decode.scheduled import Alone, Scheduler, chunking_missing, mixing_missing
 
-    unchunkable = chunking_missing() if chunks and any(chunks) else None
-    if unchunkable:
-        raise PathMissing(unchunkable)
+    unsupported = (chunking_missing() if chunks and any(chunks) else None) or (mixing_missing() if running else None)
+    if unsupported:
+        raise PathMissing(unsupported)
     scheduler = Scheduler(target, target.pools, target.model_runner)
     alone = None
     if running:
