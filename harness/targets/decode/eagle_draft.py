@@ -77,6 +77,24 @@ def draft_missing() -> str | None:
     return missing_family(DRAFT_FAMILIES[DRAFT_FAMILY])
 
 
+def _fresh_input_buffer_pool() -> None:
+    """Each draft target starts as a new server does: SGLang's process-wide input-buffer pool empty. The pool keys
+    buffers by name and size only, and the first registrant's tensor (with its values) is canonical: an earlier
+    example's draft-extend runner of another verify width left `extend_seq_lens` holding its width, which the
+    next capture's deterministic extend read, gathering write slots past its own `out_cache_loc` (wild reads; a
+    segfault under the interpreter; a nightly draw crashed this way). Within one server the pool is filled at
+    startup, before any replay writes it: the extend runner's capture then reads the draft decode runner's
+    `extend_seq_lens` (ones), capture-time values only, which every replay refreshes."""
+    from harness.versions import module_exists
+
+    if module_exists("sglang.srt.model_executor.input_buffers"):
+        import sglang.srt.model_executor.input_buffers as input_buffers
+
+        pool = getattr(input_buffers, "_forward_input_buffer_pool", None)
+        if pool is not None:
+            pool.clear()
+
+
 @contextlib.contextmanager
 def _no_compile(what: str):
     """A replay compiles nothing (`no-recompile`, with the guard that failed). Only the replays are watched: the
@@ -134,6 +152,7 @@ class EagleDraftTarget(RealModelTarget):
         reason = draft_missing()
         if reason:
             raise PathMissing(reason)
+        _fresh_input_buffer_pool()
         with torch.no_grad():  # as `Scheduler.init_all_cuda_graphs` captures: Dynamo guards on the grad mode
             super().__init__(case, family="dense", hooks=hooks, split_tile=split_tile)
 
