@@ -108,6 +108,26 @@ def _no_compile(what: str):
         watcher.check(f"{what} compiled a frame")
 
 
+@contextlib.contextmanager
+def _checked_replay(runner, before_graph, what: str):
+    """While the block runs `runner.execute`: `before_graph()` runs after the runner's metadata prep, right before
+    its graph replays (its `_replay_graph`), the Triton kernels by the interpreter, and the replay compiles nothing.
+    The runner's own `_replay_graph` is back after."""
+    replay_graph = runner._replay_graph
+
+    def checked(shape_key, forward_batch):
+        if before_graph is not None:
+            before_graph()
+        return replay_graph(shape_key, forward_batch)
+
+    runner._replay_graph = checked
+    try:
+        with kernels(), _no_compile(what):
+            yield
+    finally:
+        del runner._replay_graph  # the class's method again
+
+
 @dataclasses.dataclass
 class DraftBatch:
     """One draft-decode batch as `prepare_for_draft` leaves it: per request its committed prefix length, pool row,
@@ -275,19 +295,8 @@ class EagleDraftTarget(RealModelTarget):
         read or write wild memory, where a GPU faults)."""
         if not self._can_run_graph(fb):
             raise RuntimeError(f"the draft runner refuses batch size {fb.batch_size} (captured {self.capture_bs})")
-        replay_graph = self.runner._replay_graph
-
-        def checked(shape_key, forward_batch):
-            if before_graph is not None:
-                before_graph()
-            return replay_graph(shape_key, forward_batch)
-
-        self.runner._replay_graph = checked
-        try:
-            with kernels(), _no_compile("a draft decode replay"):
-                return self.runner.execute(fb)
-        finally:
-            del self.runner._replay_graph  # the class's method again
+        with _checked_replay(self.runner, before_graph, "a draft decode replay"):
+            return self.runner.execute(fb)
 
     def eager_draft(self, fb, before_forward=None):
         """`draft_forward` on the batch, no graph: the worker's eager path (`EagleDraftWorker.draft`), its multi-step
@@ -357,19 +366,8 @@ class EagleDraftTarget(RealModelTarget):
         if not runner.can_run_graph(fb):
             raise RuntimeError(f"the draft extend runner refuses batch size {fb.batch_size} "
                                f"(captured {list(runner.capture_bs)})")
-        replay_graph = runner._replay_graph
-
-        def checked(shape_key, forward_batch):
-            if before_graph is not None:
-                before_graph()
-            return replay_graph(shape_key, forward_batch)
-
-        runner._replay_graph = checked
-        try:
-            with kernels(), _no_compile("a draft extend replay"):
-                return runner.execute(fb, select_index)
-        finally:
-            del runner._replay_graph
+        with _checked_replay(runner, before_graph, "a draft extend replay"):
+            return runner.execute(fb, select_index)
 
     def eager_extend(self, fb, select_index, before_forward=None):
         """The worker's eager draft extend: the extend backend plans the batch (`prepare_for_draft_extend`), the
@@ -393,9 +391,7 @@ class EagleDraftTarget(RealModelTarget):
 def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) -> None:
     """One draft batch staged, replayed, then run eagerly on the cache the replay saw (see the module docstring)."""
     from harness.counter import counter
-    from harness.oracles.eager import assert_matches_eager
     from harness.oracles.graph_replay import check_graph_forward, replay_delta
-    from harness.targets.decode.real_model import _cache_difference
 
     pools = target.pools
     out_cache_loc = target.stage_draft(batch)
@@ -418,18 +414,29 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
     after_eager = pools.snapshot()
     names = ("parent_list", "top_scores_index", "draft_tokens", "draft_probs")
     exact = batch.batch_size in target.capture_bs
+    _check_against_eager(target, dict(zip(names, replayed)), dict(zip(names, eager)), after_replay, after_eager,
+                         exact_output=True, exact_cache=exact, what="draft tree",
+                         where=where, slots=f"draft slots {out_cache_loc}")
+
+
+def _check_against_eager(target: EagleDraftTarget, replayed: dict, eager: dict, after_replay, after_eager, *,
+                         exact_output: bool, exact_cache: bool, what: str, where: str, slots: str) -> None:
+    """A replay's outputs against eager's (`eager-equality`), then the KV caches each left (SGLang's padding slot
+    aside); the pools are left as the replay left them."""
+    from harness.oracles.eager import assert_matches_eager
+    from harness.targets.decode.real_model import _cache_difference
+
+    pools = target.pools
+    cache = _cache_difference(pools, after_replay, after_eager, exact_cache)
     try:
-        assert_matches_eager(dict(zip(names, replayed)), dict(zip(names, eager)), exact=True)
+        assert_matches_eager(replayed, eager, exact=exact_output)
     except OracleFailure as failure:
-        cache = _cache_difference(pools, after_replay, after_eager, exact)
-        raise OracleFailure(failure.oracle, f"{where}: the replayed draft tree differs from eager draft_forward's: "
+        raise OracleFailure(failure.oracle, f"{where}: the replayed {what} differs from eager's: "
                             f"{failure.diagnosis}{'; the KV cache after the replay: ' + cache if cache else ''}",
                             **failure.details, capture_bs=target.capture_bs) from None
-    cache = _cache_difference(pools, after_replay, after_eager, exact)
     if cache:
-        raise OracleFailure("eager-equality", f"{where}: the replayed draft tree equals eager's but the KV cache the "
-                            f"draft steps leave does not: {cache} (draft slots {out_cache_loc})",
-                            capture_bs=target.capture_bs)
+        raise OracleFailure("eager-equality", f"{where}: the replayed {what} equals eager's but the KV cache it "
+                            f"leaves does not: {cache} ({slots})", capture_bs=target.capture_bs)
     pools.restore(after_replay)
 
 
@@ -472,9 +479,7 @@ def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where
     saw: the selected rows' logits and hidden states (what the next draft reads) against eager's, the KV the window
     writes against eager's, the rails against the batch's arithmetic."""
     from harness.counter import counter
-    from harness.oracles.eager import assert_matches_eager
     from harness.oracles.graph_replay import check_graph_forward, replay_delta
-    from harness.targets.decode.real_model import _cache_difference
 
     pools, width = target.pools, target.case.spec.num_draft_tokens
     out_cache_loc = target.stage_extend(batch)
@@ -493,19 +498,9 @@ def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where
     after_eager = pools.snapshot()
     # the graph runs the LM head on the selected rows only, eager on the whole window: float32 rounding, `same`'s
     # tolerance; a padded batch's GEMMs have more rows too
-    try:
-        assert_matches_eager(replayed, {"next_token_logits": logits, "hidden_states": hidden}, exact=False)
-    except OracleFailure as failure:
-        cache = _cache_difference(pools, after_replay, after_eager, False)
-        raise OracleFailure(failure.oracle, f"{where}: the replayed draft extend differs from eager's: "
-                            f"{failure.diagnosis}{'; the KV cache after the replay: ' + cache if cache else ''}",
-                            **failure.details, capture_bs=target.capture_bs) from None
-    cache = _cache_difference(pools, after_replay, after_eager, False)
-    if cache:
-        raise OracleFailure("eager-equality", f"{where}: the replayed draft extend's logits equal eager's but the KV "
-                            f"cache it leaves does not: {cache} (window slots {out_cache_loc}, {width} a request)",
-                            capture_bs=target.capture_bs)
-    pools.restore(after_replay)
+    _check_against_eager(target, replayed, {"next_token_logits": logits, "hidden_states": hidden}, after_replay,
+                         after_eager, exact_output=False, exact_cache=False, what="draft extend", where=where,
+                         slots=f"window slots {out_cache_loc}, {width} a request")
 
 
 def _prefix_rows(target: EagleDraftTarget, batch: DraftExtendBatch) -> list[list[int]]:

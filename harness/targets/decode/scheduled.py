@@ -182,10 +182,14 @@ class Scheduler:
         per prompt, how many of its tokens an earlier chunk of SGLang's chunked prefill has already prefilled (0:
         none); those chunks run first (`_prefill_chunks`), and the batch returned extends each prompt's rest on
         its cached prefix. `logprob_starts`: per prompt, where its input logprobs start (None: none asked)."""
+        return self._prepared(self._chunked_requests(prompts, chunks, logprob_starts))
+
+    def _chunked_requests(self, prompts, chunks=None, logprob_starts=None) -> list:
+        """The requests of `prompts`, each past the chunk an earlier prefill took (`chunks`), ready to admit."""
         reqs = self._requests(prompts, logprob_starts)
         if chunks and any(chunks):
             self._prefill_chunks([(req, chunk) for req, chunk in zip(reqs, chunks) if chunk])
-        return self._prepared(reqs)
+        return reqs
 
     def _prefill_chunks(self, chunked) -> None:
         """The scheduler's chunked prefill up to the last chunk: each request admitted up to its chunk's end
@@ -213,10 +217,7 @@ class Scheduler:
         from sglang.srt.managers.overlap_utils import resolve_forward_inputs
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-        reqs = self._requests(prompts, logprob_starts)
-        if chunks and any(chunks):
-            self._prefill_chunks([(req, chunk) for req, chunk in zip(reqs, chunks) if chunk])
-        batch = self._prepared(reqs, resolve_input_ids=False)
+        batch = self._prepared(self._chunked_requests(prompts, chunks, logprob_starts), resolve_input_ids=False)
         running = self.running
         with kernels():
             running.prepare_for_decode()

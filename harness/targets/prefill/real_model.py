@@ -317,7 +317,7 @@ def check_against_transformers(target: RealModelPrefillTarget, prompts, chunks, 
 
     family, compared = target.family, 0
     scheduler = Scheduler(target, target.pools, target.model_runner)
-    batch = scheduler.extend_batch(prompts, chunks)
+    scheduler.running = batch = scheduler.extend_batch(prompts, chunks)
     logits = target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend).next_token_logits
     decode_backend = target.reference_attn_backend if target.model_runner.sliding_window_size else \
         target.eager_attn_backend
@@ -331,7 +331,5 @@ def check_against_transformers(target: RealModelPrefillTarget, prompts, chunks, 
         if step == decode_steps:
             return compared
         scheduler.advance(batch, logits.argmax(-1))
-        if scheduler.running is None:
-            scheduler.running = batch
         logits = target.run_eager(scheduler.prepare_decode().built(), decode_backend).next_token_logits
     return compared
