@@ -79,6 +79,25 @@ def test_legal_capture_replays_and_stays_quiet(virtual):
     assert legality.VIOLATIONS == []
 
 
+def test_reads_of_pinned_host_memory_pass_inside_a_capture(virtual):
+    """SGLang reads pinned host tensors in captured code (LoRA's `output_offset_cpu[-1].item()`), legal on a GPU
+    for host memory: inside `pinned_host_memory` they are host memory, views included, and pass; the same read of
+    a tensor not pinned there is still refused."""
+    from harness.devices.host_memory import is_pinned_host, pinned_host_memory
+
+    with pinned_host_memory():
+        offsets = torch.tensor([0, 64, 96], dtype=torch.int32, pin_memory=True)
+        copied = torch.zeros(3).pin_memory()
+    plain = torch.tensor([0, 64, 96], dtype=torch.int32)
+    assert is_pinned_host(offsets[-1:]) and is_pinned_host(copied) and not is_pinned_host(plain)
+    capture(lambda: (offsets[-1].item(), offsets.tolist(), copied[0].item()))
+    assert legality.VIOLATIONS == []
+    with pytest.raises(legality.CaptureLegalityError):
+        capture(lambda: plain[-1].item())
+    with pytest.raises(RuntimeError):  # outside the block torch without CUDA refuses pinning, as it does
+        torch.tensor([1], pin_memory=True)
+
+
 def test_capture_on_the_default_stream_is_refused(virtual):
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(legality.CaptureLegalityError, match=r"non-default stream"):

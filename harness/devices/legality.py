@@ -13,6 +13,8 @@ Enforced while a capture is open (`begin` .. `end`, both capture modes), each ru
   `torch.cuda.manual_seed` and `torch.manual_seed` (-> `set_current_seed`), `seed` (-> `seed`), `set_rng_state`
   -> `generator_text(...)`;
 - a capture begun on the default stream -> `DEFAULT_STREAM` (PyTorch's check in `CUDAGraph::capture_begin`).
+A read of pinned host memory (`harness.devices.host_memory.is_pinned_host`) passes all of these: it is host memory
+on a GPU too.
 Not enforced, and why:
 - CPU<->device copies of unpinned memory other than `.tolist()` / `.numpy()` (`.cpu()`, `.to("cpu")`,
   `copy_` from a host tensor): every tensor of the virtual device is a CPU tensor, so a host tensor and a device
@@ -122,7 +124,7 @@ class LegalityMode(TorchDispatchMode):
         if func.namespace not in _CLASSIFIED_NAMESPACES:
             if f"{func.namespace}::{name}" not in ADVISORIES:
                 ADVISORIES.append(f"{func.namespace}::{name}")
-        elif name in _HOST_READ:
+        elif name in _HOST_READ and not _host_tensor(args):
             refuse("host-read", f"aten.{name} (.item() / bool() / int() of a tensor)", NOT_PERMITTED)
         elif name in _DATA_DEPENDENT or (name == "index" and _bool_index(args)) or (
                 name == "repeat_interleave" and isinstance(args[0] if args else None, torch.Tensor)
@@ -131,9 +133,17 @@ class LegalityMode(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def _host_tensor(args) -> bool:
+    """Whether the op reads a tensor of pinned host memory (`harness.devices.host_memory`): host memory on a GPU
+    too, so a read of it during a capture is legal there."""
+    from harness.devices.host_memory import is_pinned_host
+
+    return bool(args) and isinstance(args[0], torch.Tensor) and is_pinned_host(args[0])
+
+
 def _host_copy(name: str, original):
     def refused(self, *args, **kwargs):
-        if capturing() is not None:
+        if capturing() is not None and not _host_tensor((self,)):
             refuse("host-copy", f"Tensor.{name}", PINNED_COPY)
         return original(self, *args, **kwargs)
 

@@ -64,6 +64,10 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "saved, gives each request the next-token logits transformers' implementation gives its tokens, after a "
            "prefill (chunked or not) and after each decode step", "harness/oracles/transformers_reference.py",
            ("test_real_model_mutants.py",)),
+    Oracle("lora-reference", "a request served with a LoRA adapter gets the logits of the model with that adapter "
+           "merged into its weights (W + alpha/r * B @ A, loaded by SGLang's loader into its plain class), one with "
+           "no adapter the base model's, whatever shares its batch or graph", "harness/oracles/lora_reference.py",
+           ("test_real_lora_mutants.py",)),
     Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
            "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
     Oracle("graph-break", "where SGLang compiles with `fullgraph=True` Dynamo traces the body whole; a break is "

@@ -72,11 +72,16 @@ def checkpoint(family: str, tied: bool | None = None) -> tuple[str, Any]:
 def sglang_model(family: str, tied: bool | None = None) -> RealModel:
     """SGLang's class for `family` loaded from `checkpoint(family, tied)` by SGLang's loader (the published config
     and model-parallel groups must be in place, as for `harness.models.real.build`)."""
+    folder, _ = checkpoint(family, tied)
+    return load_sglang(family, folder)
+
+
+def load_sglang(family: str, folder: str) -> RealModel:
+    """SGLang's class for `family` loaded by SGLang's loader (`load_format="auto"`) from the checkpoint `folder`."""
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader import get_model
 
-    folder, _ = checkpoint(family, tied)
     config = model_config(folder)
     with cpu_construction():
         model = get_model(model_config=config, load_config=LoadConfig(load_format="auto"),

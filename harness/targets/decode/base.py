@@ -620,7 +620,12 @@ class DecodeTarget:
     def forward_batch(self, batch: DecodeBatch):
         fb = batch.to_forward_batch(self.device, self.case.spec)
         if self.lora_manager is not None and fb.lora_ids is not None:
-            self.lora_manager.prepare_lora_batch(fb)  # what ForwardBatch.init_new does for a LoRA server
+            # what ForwardBatch.init_new does for a LoRA server: SGLang's manager first loads the batch's adapters
+            # into its memory pool (the double has no pool)
+            fetch = getattr(self.lora_manager, "fetch_new_loras", None)
+            if fetch is not None:
+                fetch(set(fb.lora_ids))
+            self.lora_manager.prepare_lora_batch(fb)
         return fb
 
     def _can_run_graph(self, fb) -> bool:

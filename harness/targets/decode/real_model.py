@@ -169,7 +169,7 @@ class RealModelTarget(v0_5_14.Target):
         if reason:
             raise PathMissing(reason)
         self.capture_refused: str | None = None
-        with kernels():
+        with self.scope():
             try:
                 with _split_tile_environment(split_tile):  # the backend reads it when it is built
                     super().__init__(case, layout=layout or v0_5_14.LAYOUT, personality=personality,
@@ -178,6 +178,15 @@ class RealModelTarget(v0_5_14.Target):
                 self.capture_refused = refusal(FAMILIES[family], error)
                 if self.capture_refused is None:
                     raise
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        """What SGLang's code of this target needs from the device around construction, replay and eager: Triton's
+        CPU interpreter for `TRITON_MODULES`."""
+        return kernels()
+
+    def load_model(self) -> RealModel:
+        """The model this target serves: the family's, dummy weights (one per family and process)."""
+        return real_model(self.family)
 
     def server_args(self, case: DecodeCase, device: str) -> Any:
         """The 0.5.14+ target's server args with `--triton-attention-num-kv-splits KV_SPLITS`: each split is a
@@ -197,7 +206,7 @@ class RealModelTarget(v0_5_14.Target):
         from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
-        self.real = real_model(self.family)
+        self.real = self.load_model()
         key = (self.family, case.max_running_requests)
         if key not in _POOLS:
             _POOLS[key] = Pools(self.real.model_config, case.max_running_requests, KV_TOKENS, device)
@@ -259,7 +268,8 @@ class RealModelTarget(v0_5_14.Target):
         batch = item.batch
         if batch.forward_mode == "TARGET_VERIFY":
             return self.stage_verify(batch, item.seed, item.mrope_deltas)
-        return self.stage(batch.seq_lens, batch.pool_rows, batch.input_ids, item.seed, item.mrope_deltas)
+        staged = self.stage(batch.seq_lens, batch.pool_rows, batch.input_ids, item.seed, item.mrope_deltas)
+        return dataclasses.replace(staged, lora_ids=batch.lora_ids)
 
     def forward_batch(self, batch: DecodeBatch):
         if getattr(batch, "built", None) is not None:  # a scheduler-built batch (`decode/scheduled.py`)
@@ -269,7 +279,7 @@ class RealModelTarget(v0_5_14.Target):
         return fb
 
     def replay(self, batch: DecodeBatch):
-        with kernels():
+        with self.scope():
             return super().replay(batch)
 
     def eager(self, batch: DecodeBatch, forward=None, attn_backend=None):
@@ -281,7 +291,7 @@ class RealModelTarget(v0_5_14.Target):
         """The model's forward (or `forward`) on the ForwardBatch `fb`, no graph, on `backend`."""
         from harness.targets.sglang_plumbing import forward_context
 
-        with kernels():
+        with self.scope():
             backend.init_forward_metadata(fb)
             with torch.no_grad(), forward_context(backend, fb):
                 return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)

@@ -1,0 +1,123 @@
+"""LoRA adapters for a real model, and the models they merge into: what SGLang's multi-LoRA serving must equal.
+
+`adapter_folder(family, name)` writes a PEFT adapter (`adapter_config.json` and `adapter_model.safetensors`, the
+format SGLang's `LoRAManager` loads from `--lora-paths`) for the family's transformers checkpoint
+(`transformers_reference.checkpoint`): for each module the adapter targets, `lora_A` [r, in] and `lora_B` [out, r]
+drawn from the adapter's seed, under PEFT's key names. The adapters (`ADAPTERS`) differ in rank, scaling and target
+modules, so SGLang's memory pool pads the smaller rank to the largest and leaves untargeted modules empty.
+
+`merged_model(family, name)` is the reference: by PEFT's definition an adapter changes each targeted weight to
+W + (lora_alpha / r) * B @ A, so the merged checkpoint (that arithmetic done on transformers' weights, under their
+HF names) loaded by SGLang's own loader into the family's plain class computes, with no LoRA code at all, what a
+request using the adapter must get. `merged_model(family, None)` is the base checkpoint itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import tempfile
+
+import torch
+
+from harness.models.real import FAMILIES, RealModel, write_config
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    name: str
+    rank: int
+    alpha: float
+    modules: tuple[str, ...]  # HF module names the adapter targets (q_proj, ..., down_proj)
+    seed: int
+
+    @property
+    def scaling(self) -> float:
+        """PEFT's LoRA scaling (no rsLoRA): lora_alpha / r."""
+        return self.alpha / self.rank
+
+
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+# two adapters of different ranks, scalings and targets: the memory pool pads "b"'s rank to "a"'s, and "b" leaves
+# k_proj, o_proj, gate_proj and up_proj without weights (SGLang's buffers for them stay zero for its slot)
+ADAPTERS = {
+    "a": Adapter("a", rank=4, alpha=8.0, modules=ATTENTION + MLP, seed=21),
+    "b": Adapter("b", rank=2, alpha=3.0, modules=("q_proj", "v_proj", "down_proj"), seed=22),
+}
+LORA_FAMILIES = ("dense",)  # families whose SGLang class serves LoRA on the Triton LoRA backend here
+A_RANGE = 0.3  # lora_A and lora_B entries: uniform over +-A_RANGE (a delta of the base weights' order)
+
+
+def _targeted(family: str, adapter: Adapter) -> dict[str, torch.Size]:
+    """HF weight name -> shape, for every weight of the family's checkpoint the adapter targets."""
+    from harness.models.real.transformers_reference import checkpoint
+
+    _, model = checkpoint(family)
+    return {name: p.shape for name, p in model.named_parameters()
+            if name.endswith(".weight") and name.split(".")[-2] in adapter.modules}
+
+
+@functools.cache
+def adapter_weights(family: str, name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """HF weight name -> (lora_A [r, in], lora_B [out, r]), drawn from the adapter's seed."""
+    adapter = ADAPTERS[name]
+    generator = torch.Generator().manual_seed(adapter.seed)
+    weights = {}
+    for weight, (out_features, in_features) in sorted(_targeted(family, adapter).items()):
+        a = (torch.rand(adapter.rank, in_features, generator=generator) * 2 - 1) * A_RANGE
+        b = (torch.rand(out_features, adapter.rank, generator=generator) * 2 - 1) * A_RANGE
+        weights[weight] = (a, b)
+    return weights
+
+
+@functools.cache
+def adapter_folder(family: str, name: str) -> str:
+    """The adapter in PEFT's format, in a folder of its own (one per family, adapter and process)."""
+    from safetensors.torch import save_file
+
+    adapter = ADAPTERS[name]
+    folder = tempfile.mkdtemp(prefix=f"harness-lora-{family}-{name}-")
+    tensors = {}
+    for weight, (a, b) in adapter_weights(family, name).items():
+        module = weight[:-len(".weight")]
+        tensors[f"base_model.model.{module}.lora_A.weight"] = a.contiguous()
+        tensors[f"base_model.model.{module}.lora_B.weight"] = b.contiguous()
+    save_file(tensors, os.path.join(folder, "adapter_model.safetensors"))
+    with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": adapter.rank, "lora_alpha": adapter.alpha,
+                   "target_modules": list(adapter.modules), "lora_dropout": 0.0, "bias": "none",
+                   "base_model_name_or_path": FAMILIES[family].architecture}, f, indent=1)
+    return folder
+
+
+@functools.cache
+def merged_checkpoint(family: str, name: str | None) -> str:
+    """A checkpoint folder of the family's transformers weights with adapter `name` merged in (W + s * B @ A);
+    None: the base checkpoint."""
+    from safetensors.torch import save_file
+
+    from harness.models.real.transformers_reference import checkpoint
+
+    folder, model = checkpoint(family)
+    if name is None:
+        return folder
+    scaling = ADAPTERS[name].scaling
+    state = {key: value.clone() for key, value in model.state_dict().items()}
+    for weight, (a, b) in adapter_weights(family, name).items():
+        state[weight] += scaling * (b @ a)
+    merged = tempfile.mkdtemp(prefix=f"harness-merged-{family}-{name}-")
+    shared = {k for k in state if k == "lm_head.weight" and model.config.tie_word_embeddings}
+    save_file({k: v.contiguous() for k, v in state.items() if k not in shared},
+              os.path.join(merged, "model.safetensors"))
+    write_config(FAMILIES[family], merged)
+    return merged
+
+
+@functools.cache
+def merged_model(family: str, name: str | None) -> RealModel:
+    """SGLang's plain class for `family` (no LoRA layers) loaded by SGLang's loader from `merged_checkpoint`."""
+    from harness.models.real.transformers_reference import load_sglang
+
+    return load_sglang(family, merged_checkpoint(family, name))

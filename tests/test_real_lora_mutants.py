@@ -1,0 +1,109 @@
+"""Mutants of SGLang's multi-LoRA serving (`harness/targets/decode/real_lora.py`), in-process: one line of an
+installed SGLang method recompiled by `edited` (or the method wrapped) and set with pytest's MonkeyPatch, undone
+after. Each must fail the LoRA check naming what went wrong, and clean SGLang must pass the same case. The tiny
+decode model serves LoRA through a double of the manager, so none of these can show there.
+
+- scaling_left_at_one: `LoRAManager.prepare_lora_batch` hands each adapter a scaling of 1 instead of its
+  lora_alpha / r. Replay and eager run the same wrong delta, so they agree; `lora-reference` fails against the
+  merged model, and its diagnosis names the adapter.
+- graph_batch_info_not_updated_in_place: `LoRAManager._use_cuda_graph_batch` answers False, so a decode batch's
+  adapters go into a fresh batch info while the graph keeps reading the one it captured (every row on no adapter).
+  Replay differs from eager (`eager-equality`), and the diagnosis shows the graph's batch info: the request on
+  adapter "a" reads a slot of rank 0.
+- evicted_slot_keeps_missing_modules: `LoRAMemoryPool.load_lora_weight_to_buffer` no longer zeroes the buffers of
+  modules the incoming adapter lacks, so an adapter loaded into an evicted slot keeps the evicted adapter's weights
+  there ("b" has no k_proj, o_proj, gate_proj, up_proj; it evicts "a" in a pool of two slots). Replay and eager
+  agree; `lora-reference` fails for "b"'s requests.
+"""
+from __future__ import annotations
+
+import pytest
+
+from harness.devices import get_device
+from harness.oracles import OracleFailure
+from harness.targets.decode.base import DecodeBatch, DecodeCase
+from harness.targets.decode.real_model import StagedBatch
+from tests.mutant_runs import edited
+
+pytestmark = pytest.mark.slow  # builds the LoRA server's model and captures it in this process
+
+CASE = DecodeCase(capture_bs=(1, 3), max_running_requests=8)
+
+
+def batch(ids, seq_lens, rows, tokens, seed) -> StagedBatch:
+    return StagedBatch(DecodeBatch(input_ids=tokens, positions=[n - 1 for n in seq_lens], seq_lens=seq_lens,
+                                   req_pool_indices=rows, lora_ids=ids), seed)
+
+
+# an adapter beside the base model, padded to 3; then both adapters in one full graph
+MIXED = [[batch(["a", None], [9, 4], [4, 2], [5, 90], 7), batch(["b", "a", "b"], [3, 12, 6], [1, 5, 3],
+                                                                 [7, 9, 11], 8)]]
+# a pool of two slots: the base model and "a", then "b" evicts "a"
+EVICTING = [[batch(["a", None], [9, 4], [4, 2], [5, 90], 7), batch(["b", "b"], [3, 12], [1, 5], [7, 9], 8)]]
+
+
+@pytest.fixture
+def device(monkeypatch):
+    from harness.targets.decode import real_lora
+    from harness.targets.decode.real_model import load
+
+    load()
+    reason = real_lora.lora_missing("triton")
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.setattr(real_lora, "_SERVED", {})  # a fresh server: the pool starts empty, each mutant applies
+    with get_device("cpu").install("cuda"):
+        yield
+
+
+def run_case(groups, backend: str = "triton", max_loras: int = 3) -> int:
+    from harness.targets.decode.real_lora import RealLoRATarget, check_lora_replays
+
+    target = RealLoRATarget(CASE, max_loras_per_batch=max_loras, backend=backend)
+    return check_lora_replays(target, groups)
+
+
+def mutate(monkeypatch, owner, name: str, old: str, new: str) -> None:
+    monkeypatch.setattr(owner, name, edited(getattr(owner, name), old, new))
+
+
+@pytest.mark.parametrize("backend", ["triton", "csgmv"])
+def test_clean_sglang_passes_the_lora_check(device, backend):
+    assert run_case(MIXED, backend) == 5
+    assert run_case(EVICTING, backend, max_loras=2) == 4
+
+
+def test_scaling_left_at_one_fails_against_the_merged_model(device, monkeypatch):
+    from sglang.srt.lora.lora_manager import LoRAManager
+
+    mutate(monkeypatch, LoRAManager, "prepare_lora_batch", "scalings[weight_index] = lora.scaling",
+           "scalings[weight_index] = 1.0")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(MIXED)
+    assert failure.value.oracle == "lora-reference"
+    assert "served with adapter 'a', its logits differ from those of the model with that adapter merged" in \
+        failure.value.diagnosis
+
+
+def test_graph_batch_info_not_updated_in_place_fails_naming_the_slot(device, monkeypatch):
+    from sglang.srt.lora.lora_manager import LoRAManager
+
+    monkeypatch.setattr(LoRAManager, "_use_cuda_graph_batch", lambda self, forward_batch: False)
+    with pytest.raises(OracleFailure) as failure:
+        run_case(MIXED)
+    assert failure.value.oracle == "eager-equality"
+    diagnosis = failure.value.diagnosis
+    assert "replay differs from eager" in diagnosis
+    assert "request 0 (a): slot 0, rank 0, scaling 0.0 where its adapter has rank 4, scaling 2.0" in diagnosis
+
+
+@pytest.mark.parametrize("backend", ["triton", "csgmv"])
+def test_evicted_slot_keeping_missing_modules_fails_for_the_incoming_adapter(device, monkeypatch, backend):
+    from sglang.srt.lora.mem_pool import LoRAMemoryPool
+
+    mutate(monkeypatch, LoRAMemoryPool, "load_lora_weight_to_buffer", "            buffer_view.zero_()",
+           "            pass")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(EVICTING, backend, max_loras=2)
+    assert failure.value.oracle == "lora-reference"
+    assert "served with adapter 'b'" in failure.value.diagnosis
