@@ -20,6 +20,23 @@ LINE_TESTS_FORMAT = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def row_labels(targets) -> dict[str, str]:
+    """Each target's label in a suite's coverage row: its file name (with its `::function`), or as many of its
+    folders as tell it apart from another target of the same name (`attention/triton_backend.py`,
+    `backend/triton_backend.py`)."""
+    paths = {target: target.partition("::")[0].split("/") for target in targets}
+    labels = {}
+    for target, parts in paths.items():
+        depth = 1
+        while depth < len(parts) and any(other != target and other_parts[-depth:] == parts[-depth:]
+                                         and other.partition("::")[0] != target.partition("::")[0]
+                                         for other, other_parts in paths.items()):
+            depth += 1
+        function = target.partition("::")[2]
+        labels[target] = "/".join(parts[-depth:]) + (f"::{function}" if function else "")
+    return labels
+
+
 def _function_lines(path: Path, name: str) -> set[int] | None:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
@@ -88,6 +105,7 @@ class SGLangCoverage:
         records = []
         for suite, (_, _, targets) in coverage_rows().items():
             per_file, statements_total, covered_total = {}, 0, 0
+            labels = row_labels(targets)
             for target in targets:
                 relative, _, function = target.partition("::")
                 path = self.root / relative
@@ -104,7 +122,7 @@ class SGLangCoverage:
                 covered = len(set(statements) - set(missing))
                 statements_total += len(statements)
                 covered_total += covered
-                per_file[target.rsplit("/", 1)[-1]] = 100.0 * covered / max(1, len(statements))
+                per_file[labels[target]] = 100.0 * covered / max(1, len(statements))
             if covered_total:
                 records.append({"suite": suite, "statements": statements_total, "covered": covered_total,
                                 "percent": 100.0 * covered_total / max(1, statements_total), "files": per_file})

@@ -400,24 +400,28 @@ PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), (tuple(range(21, 30)),
                   [((11, 12, 13, 14, 15, 16, 17), (40, 41)), (), ()])
 
 
-def run_prefill(family, drawn, suite=None, deterministic=False):
-    """`suite`: the record (default: the deterministic record under `deterministic`, else the prefill one)."""
+def run_prefill(family, drawn, suite=None, deterministic=False, lora=None):
+    """`suite`: the record (default: the deterministic record under `deterministic`, else the prefill one).
+    `lora`: (backend, max_loras_per_batch, adapters per prompt of each batch): a LoRA server's prefill."""
+    from harness.targets.decode.real_lora import Serving
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
 
     counts, batches, chunks, logprobs, running = drawn
     suite = suite or ("real_models_deterministic" if deterministic else "real_models_prefill")
     case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
+    serving, adapters = (Serving(lora[0], lora[1]), lora[2]) if lora else (None, [None] * len(batches))
+    lora_drawn = {"lora_backend": lora[0], "max_loras_per_batch": lora[1], "adapters": lora[2]} if lora else {}
     with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
                  chunks=chunks, logprobs=logprobs, running=[[list(p) for p in r] for r in running],
-                 **({"deterministic": True} if deterministic else {})) as ex:
+                 **({"deterministic": True} if deterministic else {}), **lora_drawn) as ex:
         try:
             with RecompileWatcher("real model prefill forward") as watcher:
-                target = RealModelPrefillTarget(case, family)
+                target = RealModelPrefillTarget(case, family, lora=serving)
                 watcher.arm()
-                verdicts = [check_prefill(target, prompts, index, chunked, starts, mixed)
-                            for index, (prompts, chunked, starts, mixed) in
-                            enumerate(zip(batches, chunks, logprobs, running))]
+                verdicts = [check_prefill(target, prompts, index, chunked, starts, mixed, named)
+                            for index, (prompts, chunked, starts, mixed, named) in
+                            enumerate(zip(batches, chunks, logprobs, running, adapters))]
                 watcher.check("a prefill replay compiled a frame")
         except PathMissing as missing:
             pytest.skip(str(missing))
@@ -440,6 +444,44 @@ def test_real_model_prefill_breakable_matches_eager(family, drawn, device):
     no recompile; a batch may arrive while other requests decode, and is then SGLang's mixed chunked prefill
     (MIXED), each running request's row held to its decode step alone (`batch-invariance`)."""
     run_prefill(family, drawn)
+
+
+@st.composite
+def prefill_lora_examples(draw):
+    """A prefill example (`prefill_examples`) on a LoRA server: the LoRA backend (those with a prefill graph),
+    `--max-loras-per-batch`, and per prompt its adapter (at most the pool's slots distinct in a batch, the base
+    model counting; a running request of a mixed batch uses none)."""
+    from harness.models.real.lora import ADAPTERS
+    from harness.targets.decode.real_lora import LORA_BACKENDS, Serving
+
+    counts, batches, chunks, logprobs, running = draw(prefill_examples())
+    backend = draw(st.sampled_from([b for b in LORA_BACKENDS if Serving(b).prefill_graph_missing() is None]),
+                   label="lora_backend")
+    max_loras = draw(st.sampled_from([2, 3]), label="max_loras_per_batch")
+    adapters = []
+    for prompts, mixed in zip(batches, running):
+        allowed = draw(st.sets(st.sampled_from([None, *sorted(ADAPTERS)]), min_size=1,
+                               max_size=max_loras - 1 if mixed else max_loras))
+        allowed = sorted(allowed | ({None} if mixed else set()), key=str)
+        adapters.append(draw(st.lists(st.sampled_from(allowed), min_size=len(prompts), max_size=len(prompts)),
+                             label="adapters"))
+    return (counts, batches, chunks, logprobs, running), (backend, max_loras, adapters)
+
+
+# the padded example on a LoRA server of the Triton LoRA backend: the mixed batch's prompts on "a" and no adapter,
+# the chunked one's on "b", "a", "b" (the cached chunk prefilled with "b"), the third refused
+PREFILL_LORA = (PREFILL_PADDED, ("triton", 3, [["a", None], ["b", "a", "b"], ["a", "a"]]))
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PREFILL_LORA)
+@given(drawn=prefill_lora_examples())
+def test_real_model_prefill_lora_matches_eager_and_merged_adapters(drawn, device):
+    """The breakable prefill of a LoRA server (`decode.real_lora.Serving`: SGLang's LoRA manager, adapters and
+    LoRA kernel backend; the runner captures its LoRA kernels over the manager's static prefill batch info): the
+    same checks as the plain prefill, and each request's logits against its adapter's merged model
+    (`lora-reference`), in the LoRA record."""
+    run_prefill("dense", drawn[0], suite="real_models_lora", lora=drawn[1])
 
 
 @pytest.mark.parametrize("family", [name for name in DETERMINISTIC_FAMILIES if name in PREFILL_FAMILIES])
@@ -751,8 +793,11 @@ def replay_case(drawn: dict) -> None:
             chunks = drawn.get("chunks") or [[0] * len(b) for b in batches]  # records before chunked prefill
             logprobs = drawn.get("logprobs") or [[None] * len(b) for b in batches]  # ... and before logprobs
             running = [tuple(tuple(p) for p in r) for r in drawn.get("running") or [[]] * len(batches)]  # ... mixing
+            lora = (drawn["lora_backend"], drawn["max_loras_per_batch"], drawn["adapters"]) \
+                if "adapters" in drawn else None
             run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks, logprobs, running),
-                        deterministic=bool(drawn.get("deterministic")))
+                        deterministic=bool(drawn.get("deterministic")), suite="real_models_lora" if lora else None,
+                        lora=lora)
         return
     case = DecodeCase(capture_bs=tuple(drawn["capture_bs"]), max_running_requests=MAX_REQUESTS)
     if "draft_groups" in drawn:  # an EAGLE draft example (test_eagle_draft_replays_match_eager)

@@ -86,6 +86,19 @@ def test_targets_are_the_registry_coverage_list():
     assert all(t.suites[0].name == "compile_kwargs" for t in found if t.file == kwargs_file)
 
 
+def test_coverage_rows_tell_files_of_one_name_apart():
+    """The real-model row holds two `triton_backend.py` (attention and LoRA): each keeps a row of its own."""
+    from harness.registry import get
+    from harness.sglang_coverage import row_labels
+
+    labels = row_labels(get("real_models").coverage)
+    assert labels["srt/layers/attention/triton_backend.py"] == "attention/triton_backend.py"
+    assert labels["srt/lora/backend/triton_backend.py"] == "backend/triton_backend.py"
+    assert labels["srt/models/llama.py"] == "llama.py"
+    assert len(set(labels.values())) == len(labels)
+    assert row_labels(["a/f.py::one", "a/f.py::two"]) == {"a/f.py::one": "f.py::one", "a/f.py::two": "f.py::two"}
+
+
 def _kwargs_mutant(text_of: str) -> tuple[operators.Mutant, targets.Target]:
     target = next(t for t in targets.targeted_functions(Path(require_sglang()))
                   if t.function == "build_torch_compile_kwargs")

@@ -14,6 +14,10 @@ decode model serves LoRA through a double of the manager, so none of these can s
   modules the incoming adapter lacks, so an adapter loaded into an evicted slot keeps the evicted adapter's weights
   there ("b" has no k_proj, o_proj, gate_proj, up_proj; it evicts "a" in a pool of two slots). Replay and eager
   agree; `lora-reference` fails for "b"'s requests.
+- prefill_chunks_routed_to_the_first_adapter: the Triton LoRA backend's prefill-graph path fills its static sgemm
+  routing (`prefill_cuda_graph_sgemm_batch_info.weight_indices`) with the first chunk's adapter for every chunk.
+  Eager of an eligible batch reads the same static routing, so replay and eager agree; `lora-reference` fails for
+  the request on no adapter behind one on "a".
 """
 from __future__ import annotations
 
@@ -107,3 +111,39 @@ def test_evicted_slot_keeping_missing_modules_fails_for_the_incoming_adapter(dev
         run_case(EVICTING, backend, max_loras=2)
     assert failure.value.oracle == "lora-reference"
     assert "served with adapter 'b'" in failure.value.diagnosis
+
+
+# prefill: a batch on "a" and no adapter, then a chunked batch on "b", "a", "b" (its first prompt's cached chunk
+# prefilled with "b"), both within the captured 16 tokens
+PREFILLS = [([(1, 2, 3, 4, 5), (9, 8, 7)], [0, 0], ["a", None]),
+            ([tuple(range(21, 30)), (3, 4), (7, 7, 7, 7)], [4, 0, 0], ["b", "a", "b"])]
+
+
+def run_prefills(backend: str = "triton") -> None:
+    from harness.targets.decode.real_lora import Serving
+    from harness.targets.prefill.base import PrefillCase
+    from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
+
+    target = RealModelPrefillTarget(PrefillCase(backend="breakable", capture_tokens=(8, 16)), "dense",
+                                    lora=Serving(backend))
+    for index, (prompts, chunks, adapters) in enumerate(PREFILLS):
+        assert check_prefill(target, prompts, index, chunks, adapters=adapters) == "replayed"
+
+
+@pytest.mark.parametrize("backend", ["triton", "csgmv"])
+def test_clean_sglang_passes_the_prefill_lora_check(device, backend):
+    run_prefills(backend)
+
+
+def test_prefill_chunks_routed_to_the_first_adapter_fail_against_the_merged_model(device, monkeypatch):
+    from sglang.srt.lora.backend.triton_backend import TritonLoRABackend
+
+    mutate(monkeypatch, TritonLoRABackend, "prepare_lora_batch",
+           '                        indices, dtype=torch.int32, pin_memory=True, device="cpu"',
+           '                        [indices[0]] * len(indices), dtype=torch.int32, pin_memory=True, device="cpu"')
+    with pytest.raises(OracleFailure) as failure:
+        run_prefills()
+    assert failure.value.oracle == "lora-reference"
+    diagnosis = failure.value.diagnosis
+    assert "adapters ['a', None] on LoRA backend triton" in diagnosis  # the request on no adapter routed to "a"
+    assert "request 1: served with no adapter (the base model)" in diagnosis

@@ -18,7 +18,7 @@ from harness.oracles.eager import assert_matches_eager
 ORACLE = "lora-reference"
 
 
-def check(got: torch.Tensor, reference: torch.Tensor, *, adapter: str | None, where: str, batch_info: str) -> None:
+def check(got: torch.Tensor, reference: torch.Tensor, *, adapter: str | None, where: str, batch_info: str = "") -> None:
     """`got`: SGLang's logits for one request served with `adapter` (None: the base model); `reference`: the
     merged model's for the same request on the same cache. `batch_info`: the LoRA backend's view of the batch,
     for the diagnosis."""

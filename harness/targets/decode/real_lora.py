@@ -50,7 +50,7 @@ LORA_BACKENDS = ("triton", "csgmv", "torch_native")  # --lora-backend values tha
 # (a strict-xfail finding in the suite). Those requests are held to replay against eager only, unless this is set
 # (the finding's test sets it).
 HOLD_TORCH_NATIVE_LOWER_RANK = False
-_SERVED: dict = {}  # (family, max_loras_per_batch, backend) -> (RealModel, LoRAManager)
+_SERVED: dict = {}  # Serving -> (RealModel, LoRAManager or None before a runner built it)
 
 
 def lora_missing(backend: str) -> str | None:
@@ -100,91 +100,129 @@ def device_name():
         yield
 
 
-class RealLoRATarget(RealModelTarget):
-    """See the module docstring. `max_loras_per_batch`: the memory pool's slots (the base model takes one);
-    `backend`: `--lora-backend`."""
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """A LoRA server of the real-model targets (decode here, prefill in `prefill/real_model.py`): its family,
+    `--lora-backend` and `--max-loras-per-batch` (the memory pool's slots; the base model takes one). The model and
+    its `LoRAManager` live for the process per serving (`_SERVED`), as in a server: a later example finds adapters
+    already in the pool, or evicts them; the decode and the prefill runner of one serving share them."""
 
-    def __init__(self, case: DecodeCase, *, family: str = "dense", max_loras_per_batch: int = 3,
-                 backend: str = "triton", **kwargs: Any) -> None:
-        if family not in LORA_FAMILIES:
-            raise PathMissing(f"the LoRA target serves {', '.join(LORA_FAMILIES)}, not {family!r}")
-        reason = lora_missing(backend)
-        if reason:
-            raise PathMissing(reason)
-        self.max_loras_per_batch, self.lora_backend_name = max_loras_per_batch, backend
-        super().__init__(dataclasses.replace(case, lora=True), family=family, **kwargs)
+    backend: str = "triton"
+    max_loras_per_batch: int = 3
+    family: str = "dense"
+
+    def missing(self) -> str | None:
+        if self.family not in LORA_FAMILIES:
+            return f"the LoRA targets serve {', '.join(LORA_FAMILIES)}, not {self.family!r}"
+        return lora_missing(self.backend)
+
+    def prefill_graph_missing(self) -> str | None:
+        """Why SGLang serves this backend's LoRA prefill without a prefill graph (its class's
+        `supports_prefill_cuda_graph`: SGLang routes such a server's prefill to the eager runner), or None."""
+        registry = importlib.import_module("sglang.srt.lora.backend.lora_registry")
+        if not getattr(registry.get_backend_from_name(self.backend), "supports_prefill_cuda_graph", False):
+            return (f"SGLang's LoRA backend {self.backend!r} supports no prefill CUDA graph: a LoRA server's "
+                    "prefill runs eagerly")
+        return None
+
+    def flags(self) -> dict[str, Any]:
+        """The server flags: `--enable-lora --lora-paths a=... b=... --max-loras-per-batch N --lora-backend B`."""
+        return {"enable_lora": True,
+                "lora_paths": [f"{name}={adapter_folder(self.family, name)}" for name in sorted(ADAPTERS)],
+                "max_loras_per_batch": self.max_loras_per_batch, "lora_backend": self.backend}
 
     def scope(self) -> contextlib.AbstractContextManager:
-        """The real-model target's interpreter, for the LoRA backend's kernels too; pinned host memory; and a GPU
+        """The real-model targets' interpreter, for the LoRA backend's kernels too; pinned host memory; and a GPU
         name for the LoRA kernels' tuned-config lookup (`device_name`)."""
         stack = contextlib.ExitStack()
-        stack.enter_context(interpret_kernels(_triton_modules() + lora_kernel_modules(self.lora_backend_name)))
+        stack.enter_context(interpret_kernels(_triton_modules() + lora_kernel_modules(self.backend)))
         stack.enter_context(pinned_host_memory())
         stack.enter_context(device_name())
         return stack
 
-    @property
-    def key(self) -> tuple:
-        return self.family, self.max_loras_per_batch, self.lora_backend_name
-
-    def load_model(self) -> RealModel:
-        """The family's class loaded from the transformers checkpoint, one per served configuration: SGLang's LoRA
-        manager wraps its projections in LoRA layers."""
-        if self.key not in _SERVED:
+    def model(self) -> RealModel:
+        """The family's class loaded from the transformers checkpoint (SGLang's LoRA manager wraps its projections
+        in LoRA layers, so it is this serving's own)."""
+        if self not in _SERVED:
             from harness.models.real.lora import merged_checkpoint
             from harness.models.real.transformers_reference import load_sglang
 
-            _SERVED[self.key] = (load_sglang(self.family, merged_checkpoint(self.family, None)), None)
-        return _SERVED[self.key][0]
+            _SERVED[self] = (load_sglang(self.family, merged_checkpoint(self.family, None)), None)
+        return _SERVED[self][0]
 
-    def server_flags(self, case: DecodeCase) -> dict[str, Any]:
-        return {**super().server_flags(case), "enable_lora": True,
-                "lora_paths": [f"{name}={adapter_folder(self.family, name)}" for name in sorted(ADAPTERS)],
-                "max_loras_per_batch": self.max_loras_per_batch, "lora_backend": self.lora_backend_name}
-
-    def server_args(self, case: DecodeCase, device: str) -> Any:
-        """The server args as SGLang's validation leaves them: `check_lora_server_args` parses `--lora-paths`
-        into `LoRARef`s (where the release has it), and the decode phase's `max_bs` is its largest captured size
-        (what SGLang's config resolution sets; `init_lora_cuda_graph_moe_buffers` reads it)."""
-        args = super().server_args(case, device)
-        from harness.versions import module_exists
-
-        decode = getattr(getattr(args, "cuda_graph_config", None), "decode", None)
-        if decode is not None and getattr(decode, "max_bs", 0) is None:
-            decode.max_bs = max(case.capture_bs)
-
-        if module_exists("sglang.srt.arg_groups.lora_hook"):
-            from sglang.srt.arg_groups.lora_hook import check_lora_server_args
-
-            check_lora_server_args(args)
-        return args
-
-    def build_parts(self, case: DecodeCase, device: str) -> tuple:
-        model, _, runner_backend, eager_backend = super().build_parts(case, device)
-        runner = self._model_runner
-        real, manager = _SERVED[self.key]
-        if manager is None:  # SGLang's own ModelRunner.init_lora_manager, on the runner double
+    def manager(self, runner) -> Any:
+        """The serving's `LoRAManager`, built once by SGLang's own `ModelRunner.init_lora_manager` on `runner` (a
+        runner double carrying `model()`, its config, dtype and server args), and set on `runner`."""
+        real, manager = _SERVED[self]
+        if manager is None:
             from sglang.srt.configs.load_config import LoadConfig
             from sglang.srt.model_executor.model_runner import ModelRunner
 
-            runner.load_config = LoadConfig(load_format="auto")
+            object.__setattr__(runner, "load_config", LoadConfig(load_format="auto"))
             ModelRunner.init_lora_manager(runner)
-            _SERVED[self.key] = real, runner.lora_manager
-        runner.lora_manager = _SERVED[self.key][1]
-        return model, runner.lora_manager, runner_backend, eager_backend
+            manager = runner.lora_manager
+            _SERVED[self] = real, manager
+        object.__setattr__(runner, "lora_manager", manager)
+        return manager
 
-    def lora_id(self, name: str | None) -> str | None:
-        """The id SGLang serves adapter `name` under (its `LoRARef`'s, which a request carries once the tokenizer
-        manager resolved its `lora_path`)."""
-        if name is None:
-            return None
-        ids = {ref.lora_name: lora_id for lora_id, ref in self.lora_manager.lora_refs.items()}
-        return ids[name]
+
+def validated(args: Any) -> Any:
+    """The server args as SGLang's validation leaves them: `check_lora_server_args` parses `--lora-paths` into
+    `LoRARef`s (where the release has it)."""
+    from harness.versions import module_exists
+
+    if module_exists("sglang.srt.arg_groups.lora_hook"):
+        from sglang.srt.arg_groups.lora_hook import check_lora_server_args
+
+        check_lora_server_args(args)
+    return args
+
+
+def lora_id(manager: Any, name: str | None) -> str | None:
+    """The id SGLang serves adapter `name` under (its `LoRARef`'s, which a request carries once the tokenizer
+    manager resolved its `lora_path`)."""
+    if name is None:
+        return None
+    return {ref.lora_name: uid for uid, ref in manager.lora_refs.items()}[name]
+
+
+class RealLoRATarget(RealModelTarget):
+    """See the module docstring. `max_loras_per_batch`, `backend`: the `Serving`'s."""
+
+    def __init__(self, case: DecodeCase, *, family: str = "dense", max_loras_per_batch: int = 3,
+                 backend: str = "triton", **kwargs: Any) -> None:
+        self.serving = Serving(backend, max_loras_per_batch, family)
+        reason = self.serving.missing()
+        if reason:
+            raise PathMissing(reason)
+        super().__init__(dataclasses.replace(case, lora=True), family=family, **kwargs)
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        return self.serving.scope()
+
+    def load_model(self) -> RealModel:
+        return self.serving.model()
+
+    def server_flags(self, case: DecodeCase) -> dict[str, Any]:
+        return {**super().server_flags(case), **self.serving.flags()}
+
+    def server_args(self, case: DecodeCase, device: str) -> Any:
+        """`validated` server args, the decode phase's `max_bs` its largest captured size (what SGLang's config
+        resolution sets; `init_lora_cuda_graph_moe_buffers` reads it)."""
+        args = super().server_args(case, device)
+        decode = getattr(getattr(args, "cuda_graph_config", None), "decode", None)
+        if decode is not None and getattr(decode, "max_bs", 0) is None:
+            decode.max_bs = max(case.capture_bs)
+        return validated(args)
+
+    def build_parts(self, case: DecodeCase, device: str) -> tuple:
+        model, _, runner_backend, eager_backend = super().build_parts(case, device)
+        return model, self.serving.manager(self._model_runner), runner_backend, eager_backend
 
     def forward_batch(self, batch: DecodeBatch):
         """The batch (adapters by name) as the scheduler hands it over: each request's adapter by its id."""
         if batch.lora_ids is not None:
-            batch = dataclasses.replace(batch, lora_ids=[self.lora_id(name) for name in batch.lora_ids])
+            batch = dataclasses.replace(batch, lora_ids=[lora_id(self.lora_manager, name) for name in batch.lora_ids])
         with pinned_host_memory():  # prepare_lora_batch stages its indices in pinned host memory
             return super().forward_batch(batch)
 
@@ -207,7 +245,7 @@ def batch_info_report(target: RealLoRATarget, batch: DecodeBatch) -> str:
         mark = "" if held[0] == want[0] and (want[0] == 0 or held[1] == want[1]) else \
             f" where its adapter has rank {want[0]}, scaling {want[1]}"
         rows.append(f"{kind}: slot {slot}, rank {held[0]}, scaling {held[1]}{mark}")
-    return f"; the LoRA backend's graph batch info ({target.lora_backend_name}): " + "; ".join(rows)
+    return f"; the LoRA backend's graph batch info ({target.serving.backend}): " + "; ".join(rows)
 
 
 def check_lora_replays(target: RealLoRATarget, staged: list[list[StagedBatch]]) -> int:
@@ -234,24 +272,30 @@ def check_against_merged(target: RealLoRATarget, batch: DecodeBatch, got, before
     """Each request's replayed logits (`got`) against the merged model of its adapter, run eagerly on the whole
     batch over the cache `before` (its other rows are not read). Returns the requests compared."""
     plain = dataclasses.replace(batch, lora_ids=None)  # the merged model has no LoRA layers to prepare
-    compared = 0
-    for adapter in sorted(set(batch.lora_ids), key=str):
-        if _finding_holds(target, adapter):
-            continue
+
+    def merged(adapter):
         target.pools.restore(before)
-        reference = target.run_eager(target.forward_batch(plain), target.eager_attn_backend,
-                                     forward=merged_model(target.family, adapter).model.forward).next_token_logits
-        for request, used in enumerate(batch.lora_ids):
+        return target.run_eager(target.forward_batch(plain), target.eager_attn_backend,
+                                forward=merged_model(target.family, adapter).model.forward).next_token_logits
+
+    return hold_to_merged(got, batch.lora_ids, merged, serving=target.serving, where=where,
+                          batch_info=lambda: batch_info_report(target, batch))
+
+
+def hold_to_merged(got, lora_ids: list, merged, *, serving: Serving, where: str, batch_info=lambda: "") -> int:
+    """`lora-reference` for each request of a batch: its row of `got` against the row `merged(adapter)` gives
+    (the merged model of its adapter run on the whole batch). Returns the requests compared (the torch_native
+    lower-rank finding's are held to replay only: `HOLD_TORCH_NATIVE_LOWER_RANK`)."""
+    max_rank = max(spec.rank for spec in ADAPTERS.values())  # SGLang infers --max-lora-rank from --lora-paths
+    compared = 0
+    for adapter in sorted(set(lora_ids), key=str):
+        if serving.backend == "torch_native" and not HOLD_TORCH_NATIVE_LOWER_RANK and adapter is not None and \
+                ADAPTERS[adapter].rank < max_rank:
+            continue
+        reference = merged(adapter)
+        for request, used in enumerate(lora_ids):
             if used == adapter:
                 lora_reference.check(got[request], reference[request], adapter=adapter,
-                                     where=f"{where}, request {request}",
-                                     batch_info=batch_info_report(target, batch))
+                                     where=f"{where}, request {request}", batch_info=batch_info())
                 compared += 1
     return compared
-
-
-def _finding_holds(target: RealLoRATarget, adapter: str | None) -> bool:
-    """Whether `adapter`'s requests are the torch_native lower-rank finding's (`HOLD_TORCH_NATIVE_LOWER_RANK`)."""
-    max_rank = max(spec.rank for spec in ADAPTERS.values())  # SGLang infers --max-lora-rank from --lora-paths
-    return (target.lora_backend_name == "torch_native" and not HOLD_TORCH_NATIVE_LOWER_RANK and adapter is not None
-            and ADAPTERS[adapter].rank < max_rank)

@@ -152,18 +152,21 @@ class Scheduler:
             page_size=1))
         self.running = None
         self.next_rid = 0
+        self.lora_ids: list = []  # the adapters of the requests made next, in order (a LoRA server's)
 
     # -- SGLang's batch code -------------------------------------------------------------------------------------
     def _requests(self, prompts, logprob_starts=None) -> list:
-        """`logprob_starts`: per prompt, where its input logprobs start (None: it asks none)."""
+        """`logprob_starts`: per prompt, where its input logprobs start (None: it asks none). A request's LoRA
+        adapter (by id) is `self.lora_ids`' next entry, where a LoRA server set them (None: no adapter)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         reqs = []
         for prompt, start in zip(prompts, logprob_starts or [None] * len(prompts)):
+            lora = {"lora_id": self.lora_ids.pop(0)} if self.lora_ids else {}
             req = Req(rid=str(self.next_rid), origin_input_text="", origin_input_ids=array("q", prompt),
                       sampling_params=SamplingParams(temperature=0, max_new_tokens=MAX_NEW_TOKENS),
-                      return_logprob=start is not None)
+                      return_logprob=start is not None, **lora)
             req.logprob_start_len = -1 if start is None else start  # as the tokenizer sets it; the match reads it
             req.init_next_round_input(self.tree_cache)  # the scheduler's admission: fill ids, prefix match
             _admit(req)
@@ -174,7 +177,9 @@ class Scheduler:
     def forward_batch(self, batch) -> Any:
         from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
-        with kernels():  # up to 0.5.1x an extend batch's positions come from a Triton kernel
+        # up to 0.5.1x an extend batch's positions come from a Triton kernel; a LoRA server's batch info is staged
+        # in pinned memory, its LoRA kernels interpreted (the target's scope)
+        with getattr(self.target, "scope", kernels)():
             return ForwardBatch.init_new(batch, self.model_runner, return_hidden_states_before_norm=False)
 
     def extend_batch(self, prompts, chunks=None, logprob_starts=None) -> Any:

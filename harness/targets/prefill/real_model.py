@@ -80,26 +80,35 @@ class RealModelPrefillTarget(v0_5_14.Target):
     """See the module docstring. `family`: a key of `harness.models.real.FAMILIES` whose capture the device allows."""
 
     def __init__(self, case: PrefillCase, family: str, device: str = "cpu", *, weights: str = "dummy",
-                 tied: bool | None = None, capture: bool = True) -> None:
+                 tied: bool | None = None, capture: bool = True, lora=None) -> None:
         """`weights`: "dummy" (the family's model, SGLang's dummy loader) or "transformers" (loaded from the
         checkpoint transformers saved: `transformers_reference`, `tied` its `tie_word_embeddings` variant);
-        `capture=False`: the pools, the runner double and the backends only, no prefill runner (eager runs)."""
+        `capture=False`: the pools, the runner double and the backends only, no prefill runner (eager runs);
+        `lora`: a LoRA server's `decode.real_lora.Serving` (its model and manager; the runner captures LoRA)."""
         layout = load_layout()
         reason = missing(family) or (capture and (backend_refusal(case.backend) or
-                                                  layout.backend_gap(case.backend, device)))
+                                                  layout.backend_gap(case.backend, device))) or \
+            (lora is not None and (lora.missing() or (capture and lora.prefill_graph_missing())))
         if reason:
             raise PathMissing(reason)
-        self.family, self._weights, self._tied, self._capture = family, weights, tied, capture
+        self.family, self._weights, self._tied, self._capture, self.lora = family, weights, tied, capture, lora
         super().__init__(case, layout, device)
+
+    def scope(self):
+        """What SGLang's code here needs from the device: Triton's CPU interpreter for the attention kernels (a
+        LoRA server's: its `Serving.scope`, the LoRA kernels and pinned host memory too)."""
+        return self.lora.scope() if self.lora is not None else kernels()
 
     def _build(self, case: PrefillCase, device: str) -> None:
         from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
         from sglang.srt.layers.radix_attention import RadixAttention
 
-        self.server_args = v0_5_14.publish_config(case, device)
+        self.server_args = v0_5_14.publish_config(case, device, **self._lora_config(case))
         ensure_tp_group()
-        if self._weights == "transformers":
+        if self.lora is not None:
+            self.real = self.lora.model()
+        elif self._weights == "transformers":
             from harness.models.real import transformers_reference
 
             self.real = transformers_reference.sglang_model(self.family, self._tied)
@@ -125,6 +134,9 @@ class RealModelPrefillTarget(v0_5_14.Target):
         self.eager_attn_backend = TritonAttnBackend(runner)
         self.reference_attn_backend = TorchNativeAttnBackend(runner)
         self.model_runner = runner
+        if self.lora is not None:  # SGLang's ModelRunner.init_lora_manager, before the runner captures
+            with self.scope():
+                self.lora.manager(runner)
         if not self._capture:
             return
         if v0_5_14.module_exists(SHARED_OUTPUT_MODULE):  # SGLang's own shared logits buffer (the decode graphs'
@@ -134,7 +146,7 @@ class RealModelPrefillTarget(v0_5_14.Target):
                                shared(device=torch.device(device), max_rows=max(case.capture_tokens)))
         if v0_5_14.module_exists(v0_5_14.EAGER_RUNNER_MODULE):
             runner.eager_runner = load(v0_5_14.EAGER_RUNNER_MODULE, "EagerRunner")(runner)
-        with v0_5_14._tc_piecewise_resolution(case), kernels():
+        with v0_5_14._tc_piecewise_resolution(case), self.scope():
             self.runner = load(v0_5_14.RUNNER_MODULE, "PrefillCudaGraphRunner")(runner)
         runner.prefill_cuda_graph_runner = self.runner
         # SGLang's caller (cuda_graph_setup) then reads free memory with empty_cache=True, and cudaFree synchronises
@@ -142,26 +154,44 @@ class RealModelPrefillTarget(v0_5_14.Target):
         # writes it (a first chunk's prefill, before any replay)
         torch.get_device_module(device).synchronize()
 
-    def run_eager(self, fb, backend):
-        with kernels():
+    def _lora_config(self, case: PrefillCase) -> dict:
+        """A LoRA server's flags and SGLang's check of them (`real_lora.validated`), the decode phase's `max_bs`
+        set as SGLang's config resolution sets it when the decode graphs are off (the LoRA manager reads it)."""
+        if self.lora is None:
+            return {}
+        from harness.targets.decode.real_lora import validated
+
+        def validate(args):
+            decode = args.cuda_graph_config.decode
+            if decode.max_bs is None:
+                decode.max_bs = case.max_requests
+            return validated(args)
+
+        return {"flags": self.lora.flags(), "validate": validate}
+
+    def run_eager(self, fb, backend, forward=None):
+        """The model's forward (or `forward`: another model's) on `fb`, no graph, on `backend`."""
+        with self.scope():
             backend.init_forward_metadata(fb)
             with torch.no_grad(), forward_context(backend, fb):
-                return self.model.forward(fb.input_ids, fb.positions, fb)
+                return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
 
     def replay(self, fb):
-        with kernels():
+        with self.scope():
             return self.runner.execute(fb)
 
 
 def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=None, logprob_starts=None,
-                  running=None) -> str:
+                  running=None, adapters=None) -> str:
     """See the module docstring; returns "replayed" or "refused" (a batch no captured count holds). `chunks`: per
     prompt, the tokens an earlier chunk prefilled (SGLang's chunked prefill; the batch extends the rest).
     `logprob_starts`: per prompt, where its input logprobs start (None: none asked); a replay returning them must
     equal eager's, and the shared logits buffer it asks for must hold its logits rows (`oracles.logits_buffer`).
     `running`: prompts already prefilled and decoding when the batch arrives: the batch is then SGLang's mixed
     chunked prefill (`Scheduler.mixed_batch`: MIXED, each running request a one-token extend after the prompts),
-    and each running request's logits must be what its plain decode step gives it (`batch-invariance`)."""
+    and each running request's logits must be what its plain decode step gives it (`batch-invariance`).
+    `adapters`: on a LoRA server, per prompt its adapter's name (None: none; running requests use none); each
+    request's logits must then be its adapter's merged model's (`lora-reference`)."""
     from harness.targets.decode.scheduled import Alone, Scheduler, chunking_missing, mixing_missing
 
     unsupported = (chunking_missing() if chunks and any(chunks) else None) or (mixing_missing() if running else None)
@@ -172,11 +202,16 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     if running:
         alone = Alone(target)  # each running request on pools of its own: its plain decode step, the reference
         alone.admit(scheduler.admit(running))
+    if adapters is not None:
+        from harness.targets.decode.real_lora import lora_id
+
+        scheduler.lora_ids = [lora_id(target.model_runner.lora_manager, name) for name in adapters]
+    if running:
         batch = scheduler.mixed_batch(prompts, chunks, logprob_starts)
     else:
         batch = scheduler.extend_batch(prompts, chunks, logprob_starts)
     fb = scheduler.forward_batch(batch)
-    where = _describe(target, fb, prompts, index, chunks, logprob_starts, running)
+    where = _describe(target, fb, prompts, index, chunks, logprob_starts, running, adapters)
     if not _admitted(target, fb, where):
         return "refused"
     starts = list(logprob_starts or [None] * len(prompts))
@@ -192,14 +227,35 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     logits_buffer.check(asked, rows, arithmetic, where=where)
     if alone is not None:
         check_mixed_decodes(target, fb, got[len(prompts):], alone, scheduler.running.reqs, where)
+    if adapters is not None:
+        _check_against_merged(target, scheduler, batch, got, list(adapters) + [None] * len(running or ()), where)
     return "replayed"
 
 
-def _describe(target, fb, prompts, index, chunks, logprob_starts, running) -> str:
+def _check_against_merged(target, scheduler, batch, got, adapters, where: str) -> None:
+    """Each request's replayed logits against its adapter's merged model (`real_lora.hold_to_merged`), run eagerly
+    on the batch over the cache the replay left (the batch's own K/V written again by the merged model)."""
+    from harness.models.real.lora import merged_model
+    from harness.targets.decode.real_lora import hold_to_merged
+
+    after = target.pools.snapshot()
+
+    def merged(adapter):
+        target.pools.restore(after)
+        return target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend,
+                                forward=merged_model(target.family, adapter).model.forward).next_token_logits
+
+    hold_to_merged(got, adapters, merged, serving=target.lora, where=where)
+    target.pools.restore(after)
+
+
+def _describe(target, fb, prompts, index, chunks, logprob_starts, running, adapters=None) -> str:
     """The batch as a failure names it."""
     prefixes = f", cached prefixes {list(chunks)}" if chunks and any(chunks) else ""
     if logprob_starts and any(start is not None for start in logprob_starts):
         prefixes += f", logprobs from {list(logprob_starts)}"
+    if adapters is not None:
+        prefixes += f", adapters {list(adapters)} on LoRA backend {target.lora.backend}"
     if running:
         prefixes += f", mixed with {len(running)} running request(s) decoding"
     return (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens{prefixes}, pool rows "

@@ -59,8 +59,9 @@ NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'):
         "for the runner in place of resolve_prefill_backend")
 
 
-def publish_config(case: PrefillCase, device: str) -> Any:
-    """Publish a ServerArgs whose prefill phase uses `case.backend` (tc_piecewise set past the parser)."""
+def publish_config(case: PrefillCase, device: str, flags: dict | None = None, validate=None) -> Any:
+    """Publish a ServerArgs whose prefill phase uses `case.backend` (tc_piecewise set past the parser), with further
+    server `flags`, passed through `validate` (SGLang's own checks of them) before it is published."""
     from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
     from sglang.srt.server_args import ServerArgs
 
@@ -86,8 +87,10 @@ def publish_config(case: PrefillCase, device: str) -> Any:
         max_running_requests=case.max_requests, chunked_prefill_size=chunk_budget,
         disable_radix_cache=True, disable_chunked_prefix_cache=case.prefix_chunk_tokens is None,
         enable_mixed_chunk=case.enable_mixed_chunk,
-        **({"enable_deterministic_inference": True} if case.deterministic else {}),
+        **({"enable_deterministic_inference": True} if case.deterministic else {}), **(flags or {}),
     )
+    if validate is not None:
+        server_args = validate(server_args)
     if not publish_server_args(server_args):
         # 0.5.14 to 0.5.1x and main trees without runtime_context: no published config namespaces; the runner
         # and the backends read `model_runner.server_args.cuda_graph_config`.
