@@ -3,7 +3,8 @@
 `Pools(model_config, requests, tokens)`: SGLang's `ReqToTokenPool` (row 0 is SGLang's padding row), its
 `MHATokenToKVPool` (K/V buffers per layer; an MLA model's `MLATokenToKVPool`, one latent buffer per layer), its
 `TokenToKVPoolAllocator` (slot 0 reserved for padded writes) and its `KVIndexTranslator` (what attention backends
-build their read indices through), as `ModelRunner` builds them.
+build their read indices through, 0.5.19 on; before, they read `req_to_token` themselves), as `ModelRunner` builds
+them.
 
 `stage(batch, seed)` plays the scheduler's part before a decode step: each request's row of `req_to_token` maps its
 `seq_len` tokens to slots (the last one its `out_cache_loc`, where this step writes), and the prefix slots hold
@@ -22,8 +23,9 @@ from harness.errors import HarnessError
 class Pools:
     def __init__(self, model_config: Any, requests: int, tokens: int, device: str = "cpu") -> None:
         from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+        from harness.versions import module_exists
 
         self.requests, self.tokens = requests, tokens
         self.staged_slots: list[list[int]] = []  # per request of the last staged batch, its KV slots in order
@@ -45,15 +47,20 @@ class Pools:
                 head_dim=model_config.head_dim, layer_num=model_config.num_hidden_layers, device=device,
                 enable_memory_saver=False, enable_alt_stream=False)
         self.allocator = TokenToKVPoolAllocator(tokens, torch.float32, device, self.token_to_kv_pool, False)
-        self.translator = KVIndexTranslator(
-            req_to_token=self.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=self.allocator,
-            token_to_kv_pool=self.token_to_kv_pool, page_size=1, device=device)
+        self.translator = None
+        if module_exists("sglang.srt.mem_cache.kv_index_translator"):
+            from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+
+            self.translator = KVIndexTranslator(
+                req_to_token=self.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=self.allocator,
+                token_to_kv_pool=self.token_to_kv_pool, page_size=1, device=device)
 
     def bind(self, model_runner: Any) -> None:
         """Give a model runner (double) these pools, under the names SGLang's `ModelRunner` keeps them by."""
         for name, value in (("req_to_token_pool", self.req_to_token_pool), ("token_to_kv_pool", self.token_to_kv_pool),
                             ("token_to_kv_pool_allocator", self.allocator), ("kv_index_translator", self.translator)):
-            setattr(model_runner, name, value)
+            if value is not None:
+                setattr(model_runner, name, value)
 
     def buffers(self) -> list[tuple[str, torch.Tensor]]:
         pool = self.token_to_kv_pool

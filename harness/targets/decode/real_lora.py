@@ -63,6 +63,10 @@ def lora_missing(backend: str) -> str | None:
     registry = importlib.import_module("sglang.srt.lora.backend.lora_registry")
     if backend not in getattr(registry, "LORA_SUPPORTED_BACKENDS", {}):
         return f"SGLang {sglang_version()} has no LoRA backend {backend!r}"
+    backend_class = registry.get_backend_from_name(backend)
+    if 'torch.device("cuda")' in inspect.getsource(backend_class):  # 0.5.19's csgmv; later: the manager's device
+        return (f"SGLang {sglang_version()}'s LoRA backend {backend!r} ({backend_class.__name__}) allocates its "
+                "graph batch info on torch.device(\"cuda\") by name, which the CPU virtual device cannot hold")
     return None
 
 

@@ -87,7 +87,26 @@ def load():
                           f"release has the {layout.name} layout")
     if not module_exists("sglang.srt.layers.attention.triton_backend"):
         raise PathMissing(f"SGLang {sglang_version()} has no sglang.srt.layers.attention.triton_backend")
+    asked = runner_state_asked()
+    if asked:
+        raise PathMissing(f"SGLang {sglang_version()}: its TritonAttnBackend asks the ModelRunner for {asked} (state "
+                          "its constructor derives through private caches), which the real-model runner double "
+                          "does not carry; the real-model target drives releases whose backend reads the model "
+                          "config (0.5.19 on)")
     return layout
+
+
+def runner_state_asked() -> str | None:
+    """The ModelRunner-derived model kinds the installed Triton backend's constructor reads (`model_runner.
+    hybrid_gdn_config`, ...: 0.5.14), named, or None."""
+    import inspect
+
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    source = inspect.getsource(TritonAttnBackend.__init__)
+    asked = [name for name in ("hybrid_gdn_config", "kimi_linear_config", "linear_attn_model_spec")
+             if f"model_runner.{name}" in source]
+    return ", ".join(asked) or None
 
 
 def refusal(family, error: BaseException) -> str | None:
