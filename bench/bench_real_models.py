@@ -2,7 +2,8 @@
 class (config.json, ModelConfig, DummyModelLoader), the capture (the decode runner's constructor: two warm-ups and
 a capture per size, the Triton kernels run by the CPU interpreter), one replay through `execute`, one eager forward
 on the Triton backend, and the Triton kernel launches each capture recorded; the same for the EAGLE draft worker's
-draft decode and draft extend graphs; then the wall time of the suite's
+draft decode and draft extend graphs, and for a LoRA server of each LoRA kernel backend (its manager and adapters
+built, the batch on both adapters); then the wall time of the suite's
 gate profile (`--gate`, at `-n 2`: what the real-model gate examples add to the gate campaign).
 
 Usage: python bench/bench_real_models.py [--sizes 1,2,4] [--gate]
@@ -10,6 +11,7 @@ Usage: python bench/bench_real_models.py [--sizes 1,2,4] [--gate]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -92,6 +94,36 @@ def bench_draft(sizes: tuple[int, ...]) -> None:
               flush=True)
 
 
+def bench_lora(backend: str, sizes: tuple[int, ...]) -> None:
+    """A LoRA server (`real_lora.RealLoRATarget`) on `backend`: build (model, manager, adapters), capture, one
+    replay and one eager run of a batch one below the largest size on adapters "a" and "b" by turns."""
+    from harness.devices import cpu, get_device
+    from harness.targets.decode import real_lora
+    from harness.targets.decode.base import DecodeCase
+
+    reason = real_lora.lora_missing(backend)
+    if reason:
+        print(f"lora/{backend}: skipped: {reason}")
+        return
+    with get_device("cpu").install("cuda"):
+        cpu.reset_log()
+        started = time.perf_counter()
+        target = real_lora.RealLoRATarget(DecodeCase(capture_bs=sizes, max_running_requests=8), backend=backend)
+        built = time.perf_counter() - started - target.capture_seconds
+        n = max(1, max(sizes) - 1)
+        staged = target.stage([9, 4, 17, 6, 11, 3, 20, 8][:n], list(range(1, n + 1)), [5] * n, seed=1)
+        batch = dataclasses.replace(staged, lora_ids=["a", "b"] * (n // 2) + ["a"] * (n % 2))
+        timings = {}
+        for name, run in (("replay", lambda: target.replay(batch)), ("eager", lambda: target.eager(batch))):
+            started = time.perf_counter()
+            run()
+            timings[name] = time.perf_counter() - started
+        print(f"{'lora':8s} {backend:20s} build {built:6.2f} s   capture of {list(sizes)}: "
+              f"{target.capture_seconds:6.2f} s   replay (batch of {n}): {timings['replay']:5.2f} s   eager: "
+              f"{timings['eager']:5.2f} s   launches recorded per capture: {[c.num_launches for c in cpu.CAPTURES]}",
+              flush=True)
+
+
 def bench_gate() -> None:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", "suites/test_real_models.py", "-q", "-n", "2",
@@ -115,6 +147,10 @@ def main() -> int:
     for family in FAMILIES:
         bench_family(family, sizes)
     bench_draft(sizes)
+    from harness.targets.decode.real_lora import LORA_BACKENDS
+
+    for backend in LORA_BACKENDS:
+        bench_lora(backend, sizes)
     if args.gate:
         bench_gate()
     return 0

@@ -638,6 +638,41 @@ def test_findings_torch_native_lora_misreads_lower_rank_adapter(device, monkeypa
     run_lora((case, "torch_native", 3, groups), record="real_models_findings")
 
 
+# -- input_embeds: prompts sent as embeddings ----------------------------------------------------------------------
+INPUT_EMBEDS = [(1, 2, 3, 4, 5), (9, 8, 7)]  # 8 tokens: a captured count, which the runner must still refuse
+
+
+def run_input_embeds(family):
+    from harness.targets.prefill.base import PrefillCase
+    from harness.targets.prefill.real_model import RealModelPrefillTarget, check_input_embeds
+
+    with example("real_models_findings", family=family, capture_tokens=[8, 16],
+                 input_embeds=[list(p) for p in INPUT_EMBEDS]):
+        try:
+            target = RealModelPrefillTarget(PrefillCase(backend="breakable", capture_tokens=(8, 16)), family)
+        except PathMissing as missing:
+            pytest.skip(str(missing))
+        check_input_embeds(target, INPUT_EMBEDS, 0)
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
+    "finding on SGLang 0.5.23: ModelRunner._extend_forward_kwargs hands a batch's input_embeds to the model as "
+    "input_embeds.bfloat16() whatever the model's dtype: a float32 (or float16) Llama serving a request sent as "
+    "embeddings fails in its first projection (\"expected m1 and m2 to have the same dtype\"); the runner's refusal "
+    "of the batch (admission) is checked first and holds"))
+def test_findings_input_embeds_cast_to_bfloat16_for_a_float32_model(device):
+    run_input_embeds("dense")
+
+
+@pytest.mark.xfail(strict=True, raises=OracleFailure, reason=(
+    "finding on SGLang 0.5.23: Qwen2-VL's embedding routine (mm_utils.embed_mm_inputs) copies the embeddings of "
+    "the batch's token ids into ForwardBatch.input_embeds, the buffer a request's own input_embeds arrive in: a "
+    "request sent as embeddings is served as the scheduler's fake ids (all 1), logits up to 0.64 away from its "
+    "prompt's; the runner's refusal of the batch (admission) is checked first and holds"))
+def test_findings_qwen2_vl_discards_input_embeds(device):
+    run_input_embeds("vlm")
+
+
 # -- against transformers --------------------------------------------------------------------------------------
 @st.composite
 def reference_examples(draw):

@@ -39,6 +39,9 @@ and clean SGLang must pass the same case.
   tokens) raised to 4: a batch the harness's rule (`admission.padding_refusal`) says must run eager is offered a
   graph (`admission`).
 
+- graph_offered_to_input_embeds: `PrefillCudaGraphRunner.can_replay_locally` without its `input_embeds` rule: a
+  batch sent as embeddings is offered a graph (`admission`).
+
 In-process rather than a subprocess mutant run: the edit is a wrapper around SGLang's own method, and the model
 build and a one-size capture cost a few seconds, where a fresh interpreter importing SGLang costs tens.
 """
@@ -327,6 +330,25 @@ def test_prefill_padding_limit_raised_fails_admission(monkeypatch):
     assert failure.value.oracle == "admission"
     assert ("the runner offers a graph though its 3 tokens would be padded to 8, more than 2x"
             in failure.value.diagnosis)
+
+
+def test_graph_offered_to_input_embeds_fails_admission(monkeypatch):
+    """SGLang's prefill runner with its `input_embeds` rule dropped from `can_replay_locally`: a batch of prompts
+    sent as embeddings is offered a graph whose static inputs are token ids (the replay would run the fake ids).
+    Clean SGLang refuses it (and then meets a finding in its eager runner: the suite's strict xfails)."""
+    from sglang.srt.model_executor.runner.prefill_cuda_graph_runner import PrefillCudaGraphRunner
+
+    from harness.targets.prefill.real_model import check_input_embeds
+
+    load()
+    monkeypatch.setattr(PrefillCudaGraphRunner, "can_replay_locally", edited(
+        PrefillCudaGraphRunner.can_replay_locally, "if input_embeds is not None:", "if False:"))
+    with get_device("cpu").install("cuda"):
+        target = _prefill_target("dense")
+        with pytest.raises(OracleFailure) as failure:
+            check_input_embeds(target, [(1, 2, 3, 4, 5), (9, 8, 7)], 0)
+    assert failure.value.oracle == "admission"
+    assert "the runner offers a graph to a batch carrying input_embeds" in failure.value.diagnosis
 
 
 # chunked prefill: the 9-token prompt's first 4 tokens prefilled by an earlier chunk, its 5 extend with 2 new tokens

@@ -41,7 +41,7 @@ from harness.models.real import RealModel
 from harness.models.real.lora import ADAPTERS, LORA_FAMILIES, adapter_folder, merged_model
 from harness.oracles import OracleFailure, lora_reference
 from harness.targets.decode.base import DecodeBatch, DecodeCase
-from harness.targets.decode.real_model import RealModelTarget, StagedBatch, _triton_modules, check_replay
+from harness.targets.decode.real_model import RealModelTarget, StagedBatch, triton_modules, check_replay
 
 LORA_BACKENDS = ("triton", "csgmv", "torch_native")  # --lora-backend values that run on the virtual device
 # SGLang's torch_native LoRA backend, for a batch a decode graph holds, runs its graph ops (`graph_lora_ops`), which
@@ -139,7 +139,7 @@ class Serving:
         """The real-model targets' interpreter, for the LoRA backend's kernels too; pinned host memory; and a GPU
         name for the LoRA kernels' tuned-config lookup (`device_name`)."""
         stack = contextlib.ExitStack()
-        stack.enter_context(interpret_kernels(_triton_modules() + lora_kernel_modules(self.backend)))
+        stack.enter_context(interpret_kernels(triton_modules() + lora_kernel_modules(self.backend)))
         stack.enter_context(pinned_host_memory())
         stack.enter_context(device_name())
         return stack

@@ -141,7 +141,7 @@ def real_model(family: str) -> RealModel:
 
 
 @functools.cache
-def _triton_modules() -> tuple:
+def triton_modules() -> tuple:
     """The `TRITON_MODULES` the installed release has, imported (asked once: `kernels` wraps every replay)."""
     from harness.versions import module_exists
 
@@ -150,7 +150,7 @@ def _triton_modules() -> tuple:
 
 def kernels() -> contextlib.AbstractContextManager:
     """Triton's CPU interpreter for the kernels of `TRITON_MODULES` (those the installed release has)."""
-    return interpret_kernels(_triton_modules())
+    return interpret_kernels(triton_modules())
 
 
 @dataclasses.dataclass

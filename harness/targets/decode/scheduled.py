@@ -153,20 +153,25 @@ class Scheduler:
         self.running = None
         self.next_rid = 0
         self.lora_ids: list = []  # the adapters of the requests made next, in order (a LoRA server's)
+        self.embed = None  # token ids -> embedding rows: the requests made next carry them as `input_embeds`
 
     # -- SGLang's batch code -------------------------------------------------------------------------------------
     def _requests(self, prompts, logprob_starts=None) -> list:
         """`logprob_starts`: per prompt, where its input logprobs start (None: it asks none). A request's LoRA
-        adapter (by id) is `self.lora_ids`' next entry, where a LoRA server set them (None: no adapter)."""
+        adapter (by id) is `self.lora_ids`' next entry, where a LoRA server set them (None: no adapter); with
+        `self.embed` set, it carries its prompt as `input_embeds` (what an API user sends in place of token ids)."""
         from sglang.srt.managers.schedule_batch import Req
         from sglang.srt.sampling.sampling_params import SamplingParams
 
         reqs = []
         for prompt, start in zip(prompts, logprob_starts or [None] * len(prompts)):
             lora = {"lora_id": self.lora_ids.pop(0)} if self.lora_ids else {}
+            embeds = {}
+            if self.embed is not None:  # the scheduler's fake ids beside the embeddings (`handle_generate_request`)
+                embeds, prompt = {"input_embeds": self.embed(list(prompt))}, [1] * len(prompt)
             req = Req(rid=str(self.next_rid), origin_input_text="", origin_input_ids=array("q", prompt),
                       sampling_params=SamplingParams(temperature=0, max_new_tokens=MAX_NEW_TOKENS),
-                      return_logprob=start is not None, **lora)
+                      return_logprob=start is not None, **lora, **embeds)
             req.logprob_start_len = -1 if start is None else start  # as the tokenizer sets it; the match reads it
             req.init_next_round_input(self.tree_cache)  # the scheduler's admission: fill ids, prefix match
             _admit(req)

@@ -249,6 +249,43 @@ def _check_against_merged(target, scheduler, batch, got, adapters, where: str) -
     target.pools.restore(after)
 
 
+def check_input_embeds(target: RealModelPrefillTarget, prompts, index: int) -> None:
+    """An extend batch whose requests carry their prompts as `input_embeds` (each token's row of the model's own
+    input embedding, as an API user sends precomputed embeddings; the token ids beside them SGLang's scheduler's
+    fake ones, all 1): SGLang's batch code stacks them into `ForwardBatch.input_embeds`; the prefill runner must
+    refuse it (`admission`: a graph's static inputs are token ids; SGLang's `can_replay_locally` rule), and
+    SGLang's eager runner (`EagerRunner.execute`, which hands the embeddings to the model) must give each request
+    the logits the same prompt as token ids gets (`eager-equality`, float32 tolerance). Two findings on 0.5.23
+    (the suite's strict xfails): `ModelRunner._extend_forward_kwargs` casts the embeddings to bfloat16 whatever
+    the model's dtype (a float32 Llama fails in its first projection), and Qwen2-VL's embedding routine overwrites
+    them with the fake ids' embeddings."""
+    from harness.targets.decode.scheduled import Scheduler
+
+    embedding = target.model.get_input_embeddings()
+    scheduler = Scheduler(target, target.pools, target.model_runner)
+    scheduler.embed = lambda ids: embedding(torch.tensor(ids)).tolist()
+    fb = scheduler.forward_batch(scheduler.extend_batch(prompts))
+    where = (f"prefill {index} ({len(prompts)} request(s), {[len(p) for p in prompts]} tokens as input_embeds, "
+             f"captured token counts {list(target.case.capture_tokens)})")
+    if fb.input_embeds is None:
+        raise OracleFailure("eager-equality", f"{where}: SGLang's batch code dropped the requests' input_embeds "
+                            "(ForwardBatch.input_embeds is None)")
+    if target.runner.can_run_graph(fb):
+        raise OracleFailure("admission", f"{where}: the runner offers a graph to a batch carrying input_embeds, "
+                            "which its static token-id inputs cannot carry")
+    before = target.pools.snapshot()
+    with target.scope(), torch.no_grad(), forward_context(target.attn_backend, fb):  # as ModelRunner.forward sets
+        got = target.model_runner.eager_runner.execute(fb).next_token_logits
+    target.pools.restore(before)
+    plain = Scheduler(target, target.pools, target.model_runner)
+    tokens = target.run_eager(plain.forward_batch(plain.extend_batch(prompts)), target.eager_attn_backend)
+    try:
+        assert_matches_eager(got, tokens.next_token_logits, exact=False)
+    except OracleFailure as failure:
+        raise OracleFailure(failure.oracle, f"{where}: SGLang's eager runner on the embeddings differs from the "
+                            f"model on the same prompts as token ids: {failure.diagnosis}", **failure.details) from None
+
+
 def _describe(target, fb, prompts, index, chunks, logprob_starts, running, adapters=None) -> str:
     """The batch as a failure names it."""
     prefixes = f", cached prefixes {list(chunks)}" if chunks and any(chunks) else ""
