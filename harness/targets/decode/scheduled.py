@@ -184,7 +184,7 @@ class Scheduler:
 
         # up to 0.5.1x an extend batch's positions come from a Triton kernel; a LoRA server's batch info is staged
         # in pinned memory, its LoRA kernels interpreted (the target's scope)
-        with getattr(self.target, "scope", kernels)():
+        with self.target.scope():
             return ForwardBatch.init_new(batch, self.model_runner, return_hidden_states_before_norm=False)
 
     def extend_batch(self, prompts, chunks=None, logprob_starts=None) -> Any:
