@@ -22,6 +22,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+def padded_batch(target, sizes: tuple[int, ...]):
+    """A staged decode batch one below the largest captured size (a padded replay)."""
+    n = max(1, max(sizes) - 1)
+    return target.stage([9, 4, 17, 6, 11, 3, 20, 8][:n], list(range(1, n + 1)), [5] * n, seed=1)
+
+
 def bench_family(family: str, sizes: tuple[int, ...]) -> None:
     from harness.devices import cpu, get_device
     from harness.targets.decode import real_model
@@ -40,8 +46,7 @@ def bench_family(family: str, sizes: tuple[int, ...]) -> None:
                   f"{time.perf_counter() - started:6.2f} s: {target.capture_refused[:160]}", flush=True)
             return
         built = time.perf_counter() - started - target.capture_seconds
-        n = max(1, max(sizes) - 1)  # one below the largest size: a padded replay
-        batch = target.stage([9, 4, 17, 6, 11, 3, 20, 8][:n], list(range(1, n + 1)), [5] * n, seed=1)
+        batch = padded_batch(target, sizes)
         started = time.perf_counter()
         target.replay(batch)
         replay = time.perf_counter() - started
@@ -110,8 +115,8 @@ def bench_lora(backend: str, sizes: tuple[int, ...]) -> None:
         started = time.perf_counter()
         target = real_lora.RealLoRATarget(DecodeCase(capture_bs=sizes, max_running_requests=8), backend=backend)
         built = time.perf_counter() - started - target.capture_seconds
-        n = max(1, max(sizes) - 1)
-        staged = target.stage([9, 4, 17, 6, 11, 3, 20, 8][:n], list(range(1, n + 1)), [5] * n, seed=1)
+        staged = padded_batch(target, sizes)
+        n = staged.batch_size
         batch = dataclasses.replace(staged, lora_ids=["a", "b"] * (n // 2) + ["a"] * (n % 2))
         timings = {}
         for name, run in (("replay", lambda: target.replay(batch)), ("eager", lambda: target.eager(batch))):

@@ -112,15 +112,21 @@ def run_example(ex, case, family, groups, split_tile=None):
             ex.note("capture_refused", target.capture_refused)
             return target
         watcher.arm()
-        check_patch_model_contract(target, hooks, target.layout, graphs_captured=captured)
-        ex.note("capture_bs", target.capture_bs)
-        ex.note("capture_seconds", round(target.capture_seconds, 3))
-        ex.note("capture_modes", sorted({c.mode for c in cpu.CAPTURES}))
-        ex.note("kernel_launches_recorded", [c.num_launches for c in cpu.CAPTURES])
-        ex.note("replayed", [(group[0].batch.forward_mode, group[0].batch.batch_size) for group in groups])
-        check_replays(target, groups)
+        check_captured(ex, target, hooks, captured, groups, check_replays)
         watcher.check("a replay compiled a frame")
     return target
+
+
+def check_captured(ex, target, hooks, captured: int, groups, check):
+    """What every captured real-model decode target is held to: the `patch_model` contract for the `captured`
+    graphs, the capture noted, then `check(target, groups)` on the replays (returned)."""
+    check_patch_model_contract(target, hooks, target.layout, graphs_captured=captured)
+    ex.note("capture_bs", target.capture_bs)
+    ex.note("capture_seconds", round(target.capture_seconds, 3))
+    ex.note("capture_modes", sorted({c.mode for c in cpu.CAPTURES}))
+    ex.note("kernel_launches_recorded", [c.num_launches for c in cpu.CAPTURES])
+    ex.note("replayed", [(group[0].batch.forward_mode, group[0].batch.batch_size) for group in groups])
+    return check(target, groups)
 
 
 def _to_drawn(case, groups) -> dict:
@@ -598,13 +604,7 @@ def run_lora(drawn, record="real_models_lora"):
                 pytest.skip(str(missing))
             captured = counter.since(mark)["num_graphs_captured"]
             watcher.arm()
-            check_patch_model_contract(target, hooks, target.layout, graphs_captured=captured)
-            ex.note("capture_bs", target.capture_bs)
-            ex.note("capture_seconds", round(target.capture_seconds, 3))
-            ex.note("capture_modes", sorted({c.mode for c in cpu.CAPTURES}))
-            ex.note("kernel_launches_recorded", [c.num_launches for c in cpu.CAPTURES])
-            ex.note("replayed", [(group[0].batch.forward_mode, group[0].batch.batch_size) for group in groups])
-            ex.note("held_to_merged_models", check_lora_replays(target, groups))
+            ex.note("held_to_merged_models", check_captured(ex, target, hooks, captured, groups, check_lora_replays))
             watcher.check("a replay compiled a frame")
 
 

@@ -29,7 +29,13 @@ _PINNED: dict[int, weakref.ref] = {}  # storage address -> a tensor holding that
 
 
 def _pin(tensor: torch.Tensor) -> torch.Tensor:
-    _PINNED[tensor.untyped_storage().data_ptr()] = weakref.ref(tensor)
+    key = tensor.untyped_storage().data_ptr()
+
+    def forget(ref: weakref.ref) -> None:  # the tensor is gone: its entry too, unless the address was pinned again
+        if _PINNED.get(key) is ref:
+            del _PINNED[key]
+
+    _PINNED[key] = weakref.ref(tensor, forget)
     return tensor
 
 

@@ -37,6 +37,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.devices.host_memory import is_pinned_host
+
 NOT_PERMITTED = "CUDA error: operation not permitted when stream is capturing"
 PINNED_COPY = ("Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor is pinned. "
                "Please use tensor.pin_memory() or allocate the tensor with pin_memory=True.")
@@ -136,8 +138,6 @@ class LegalityMode(TorchDispatchMode):
 def _host_tensor(args) -> bool:
     """Whether the op reads a tensor of pinned host memory (`harness.devices.host_memory`): host memory on a GPU
     too, so a read of it during a capture is legal there."""
-    from harness.devices.host_memory import is_pinned_host
-
     return bool(args) and isinstance(args[0], torch.Tensor) and is_pinned_host(args[0])
 
 

@@ -10,6 +10,8 @@ model runs no LoRA code (SGLang's plain class, its own loader), so those show he
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from harness.oracles import OracleFailure
@@ -18,14 +20,15 @@ from harness.oracles.eager import assert_matches_eager
 ORACLE = "lora-reference"
 
 
-def check(got: torch.Tensor, reference: torch.Tensor, *, adapter: str | None, where: str, batch_info: str = "") -> None:
+def check(got: torch.Tensor, reference: torch.Tensor, *, adapter: str | None, where: str,
+          batch_info: Callable[[], str] = lambda: "") -> None:
     """`got`: SGLang's logits for one request served with `adapter` (None: the base model); `reference`: the
-    merged model's for the same request on the same cache. `batch_info`: the LoRA backend's view of the batch,
-    for the diagnosis."""
+    merged model's for the same request on the same cache. `batch_info()`: the LoRA backend's view of the batch,
+    read for the diagnosis of a failure only."""
     try:
         assert_matches_eager(got, reference, exact=False)
     except OracleFailure as failure:
         served = "no adapter (the base model)" if adapter is None else f"adapter {adapter!r}"
         raise OracleFailure(ORACLE, f"{where}: served with {served}, its logits differ from those of the model "
-                            f"with that adapter merged into its weights: {failure.diagnosis}{batch_info}",
+                            f"with that adapter merged into its weights: {failure.diagnosis}{batch_info()}",
                             **failure.details, adapter=adapter) from None

@@ -300,6 +300,6 @@ def hold_to_merged(got, lora_ids: list, merged, *, serving: Serving, where: str,
         for request, used in enumerate(lora_ids):
             if used == adapter:
                 lora_reference.check(got[request], reference[request], adapter=adapter,
-                                     where=f"{where}, request {request}", batch_info=batch_info())
+                                     where=f"{where}, request {request}", batch_info=batch_info)
                 compared += 1
     return compared

@@ -202,14 +202,11 @@ def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=No
     if running:
         alone = Alone(target)  # each running request on pools of its own: its plain decode step, the reference
         alone.admit(scheduler.admit(running))
-    if adapters is not None:
+    if adapters is not None:  # the prompts' requests, made next (the running ones were admitted on none)
         from harness.targets.decode.real_lora import lora_id
 
         scheduler.lora_ids = [lora_id(target.model_runner.lora_manager, name) for name in adapters]
-    if running:
-        batch = scheduler.mixed_batch(prompts, chunks, logprob_starts)
-    else:
-        batch = scheduler.extend_batch(prompts, chunks, logprob_starts)
+    batch = (scheduler.mixed_batch if running else scheduler.extend_batch)(prompts, chunks, logprob_starts)
     fb = scheduler.forward_batch(batch)
     where = _describe(target, fb, prompts, index, chunks, logprob_starts, running, adapters)
     if not _admitted(target, fb, where):
