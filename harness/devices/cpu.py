@@ -76,6 +76,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.counter import counter
+from harness.devices.collectives import wait_for_tensors, wait_for_work
 import harness.devices.legality as legality
 import harness.devices.memory_history as memory_history
 import harness.devices.stream_order as stream_order
@@ -214,7 +215,7 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         schema = func._schema
         mutates = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-        if mutates:
+        if mutates or func.namespace == "c10d":  # a collective writes the tensors it returns (no alias marks)
             self.steps.append(_Step(func, args, kwargs, [], "mutate"))
             return out
         outs = _tensor_leaves(out)
@@ -258,7 +259,10 @@ def _replay_steps(steps: list[_Step]) -> None:
             continue
         result = step.func(*step.args, **step.kwargs)
         if step.kind == "mutate":
+            wait_for_work(result)  # a collective (c10d op) finishes before the next step reads it
             continue
+        if step.func.namespace == "_c10d_functional":  # a functional collective's output is ready once waited
+            result = wait_for_tensors(result)
         fresh = _tensor_leaves(result)
         if len(fresh) != len(step.outputs):
             raise GraphCaptureError(
