@@ -118,6 +118,15 @@ SUITES: tuple[Suite, ...] = (
                   "srt/lora/mem_pool.py", "srt/lora/layers.py", "srt/lora/backend/triton_backend.py",
                   "srt/lora/backend/chunked_backend.py", "srt/lora/backend/torch_backend.py"),
     ),
+    Suite(
+        name="parallel_worlds",
+        paths=("suites/test_parallel_worlds.py",),
+        target="worlds",
+        records={"parallel_worlds": Picture("world_label", "max_running_requests")},
+        coverage=("srt/model_executor/runner/decode_cuda_graph_runner.py", "srt/layers/dp_attention.py",
+                  "srt/managers/scheduler_components/dp_attn.py", "srt/models/qwen3.py",
+                  "srt/distributed/bootstrap.py", "srt/model_executor/runner/eager_runner.py"),
+    ),
 )
 
 

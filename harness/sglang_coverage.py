@@ -96,6 +96,11 @@ class SGLangCoverage:
         self.cov.stop()
         self.cov.save()
 
+    def child(self, nodeid: str) -> dict:
+        """What a process this one starts needs to measure the same way (a world's rank: `measuring`), its data
+        attributed to test item `nodeid`; the data file joins this run's, combined by `results()`."""
+        return {"data_file": str(self.data_file), "include": list(self.include), "context": nodeid}
+
     def results(self) -> list[dict]:
         """Combine every process's data (and remove it) into one record per suite."""
         import coverage
@@ -152,3 +157,27 @@ class SGLangCoverage:
             "harness_commit": harness_commit(), "durations": {k: round(v, 3) for k, v in self.durations.items()},
             "files": files}))
         return path
+
+
+def measuring(settings: dict | None):
+    """Measure the block as `SGLangCoverage.child` said (a context manager; nothing when `settings` is None)."""
+    import contextlib
+
+    if settings is None:
+        return contextlib.nullcontext()
+    import coverage
+
+    cov = coverage.Coverage(data_file=settings["data_file"], data_suffix=True, include=settings["include"],
+                            config_file=False)
+
+    @contextlib.contextmanager
+    def block():
+        cov.start()
+        cov.switch_context(settings["context"])
+        try:
+            yield
+        finally:
+            cov.stop()
+            cov.save()
+
+    return block()

@@ -29,6 +29,11 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            ("test_decode_mutants.py", "test_prefill_mutants.py", "test_prefill_padding.py",
             "test_real_model_mutants.py", "test_decode_ragged_mutants.py", "test_decode_dllm_mutants.py",
             "test_eagle_draft_mutants.py")),
+    Oracle("world-agreement", "the ranks of a world act as one server: each rank's placement, capture list, DP "
+           "gather, vote, graph-or-eager decision and bucket are the world's arithmetic and the same on every rank",
+           "harness/oracles/world_agreement.py", ("test_world_mutants.py",)),
+    Oracle("world-rank", "no rank of a world crashes, hangs or raises: each is recorded with its rank and the world",
+           "harness/oracles/world_agreement.py", ("test_world_mutants.py", "test_worlds.py")),
     Oracle("batch-invariance", "each request of a scheduler-built batch gets the next-token logits its own token "
            "history gives it prefilled alone, whatever joined or left the batch; under deterministic inference "
            "its KV splits follow its own length", "harness/oracles/batch_invariance.py",

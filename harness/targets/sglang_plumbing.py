@@ -35,16 +35,17 @@ def can_publish_config() -> bool:
     return hasattr(runtime_context(), "publish") or _scheduler_global_server_args_setter() is not None
 
 
-def publish_server_args(server_args) -> bool:
-    """Publish `server_args` (last publish wins): through `runtime_context.publish` where it exists (returns True),
-    else as the scheduler's global server args, whose readers see later edits of this object (returns False)."""
+def publish_server_args(server_args, rank: int = 0) -> bool:
+    """Publish `server_args` (last publish wins) for this process, TP rank `rank` of its world: through
+    `runtime_context.publish` where it exists (returns True), else as the scheduler's global server args, whose
+    readers see later edits of this object (returns False)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # "dummy" must never be looked up on the Hub
     context = runtime_context()
     if not hasattr(context, "publish"):
         _scheduler_global_server_args_setter()(server_args)
         return False
     spawn_ranks = getattr(context, "SpawnRanks", None)  # 0.5.2x reads ranks from a launcher bundle
-    ranks = {"ranks": spawn_ranks(world_rank=0, gpu_id=0)} if spawn_ranks is not None else {}
+    ranks = {"ranks": spawn_ranks(world_rank=rank, gpu_id=rank)} if spawn_ranks is not None else {}
     context.publish(server_args, role="test", **ranks)
     return True
 

@@ -130,6 +130,16 @@ def _vlm_qwen2() -> dict:
                 image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123)
 
 
+def _dense_qwen3() -> dict:
+    """Qwen3 at the dense family's sizes: a dense class built for DP attention (its attention is sharded over the
+    attention-TP group, its embedding follows `use_attn_tp_group`). Llama and Qwen2 shard attention over the whole
+    TP group whatever the DP layout, so under DP attention they serve other heads than a rank's requests need."""
+    return dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=64, intermediate_size=128,
+                num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+                max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0, torch_dtype="float32",
+                tie_word_embeddings=False, hidden_act="silu", attention_bias=False, bos_token_id=1, eos_token_id=2)
+
+
 def _eagle_llama() -> dict:
     """An EAGLE draft head for the dense family: one decoder layer (no input norm) over fc(embedding, hidden)."""
     return {**_dense_llama(), "architectures": ["LlamaForCausalLMEagle"]}
@@ -154,9 +164,23 @@ DRAFT_FAMILIES = {
 }
 
 
+# Families served by several ranks (`harness/worlds`), beside those above
+WORLD_FAMILIES = {
+    "qwen3": Family("qwen3", "Qwen3ForCausalLM", "qwen3", _dense_qwen3()),
+}
+
+
+def spec(family: str) -> Family:
+    """The family called `family`, from any of the tables."""
+    for table in (FAMILIES, WORLD_FAMILIES, DRAFT_FAMILIES):
+        if family in table:
+            return table[family]
+    raise KeyError(f"no model family {family!r}: choose one of {sorted({*FAMILIES, *WORLD_FAMILIES})}")
+
+
 def missing(family: str) -> str | None:
     """Why the installed SGLang cannot build `family` (its release and the missing module or class), or None."""
-    return missing_family(FAMILIES[family])
+    return missing_family(spec(family))
 
 
 def missing_family(spec: Family) -> str | None:
@@ -211,7 +235,7 @@ def model_config(path: str):
 def build(family: str, path: str | None = None, seed: int = 1234) -> RealModel:
     """SGLang's model class for `family`, through `ModelConfig` and `DummyModelLoader` on the CPU. The published
     config and SGLang's model-parallel groups must be in place (the decode target does both)."""
-    return build_family(FAMILIES[family], path, seed)
+    return build_family(spec(family), path, seed)
 
 
 def build_family(spec: Family, path: str | None = None, seed: int = 1234) -> RealModel:

@@ -21,7 +21,8 @@ from harness.errors import HarnessError
 
 
 class Pools:
-    def __init__(self, model_config: Any, requests: int, tokens: int, device: str = "cpu") -> None:
+    def __init__(self, model_config: Any, requests: int, tokens: int, device: str = "cpu", attn_tp: int = 1) -> None:
+        """`attn_tp`: the attention-TP width of the rank (its K/V hold that share of the KV heads)."""
         from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
@@ -43,7 +44,7 @@ class Pools:
                 device=device, enable_memory_saver=False)
         else:
             self.token_to_kv_pool = MHATokenToKVPool(
-                size=tokens, page_size=1, dtype=torch.float32, head_num=model_config.get_num_kv_heads(1),
+                size=tokens, page_size=1, dtype=torch.float32, head_num=model_config.get_num_kv_heads(attn_tp),
                 head_dim=model_config.head_dim, layer_num=model_config.num_hidden_layers, device=device,
                 enable_memory_saver=False, enable_alt_stream=False)
         self.allocator = TokenToKVPoolAllocator(tokens, torch.float32, device, self.token_to_kv_pool, False)

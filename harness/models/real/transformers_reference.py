@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from harness.models.real import FAMILIES, WEIGHT_RANGE, RealModel, cpu_construction, model_config, write_config
+from harness.models.real import WEIGHT_RANGE, RealModel, cpu_construction, model_config, spec, write_config
 
 SEED = 5
 # family -> the config keys transformers reads in its own spelling
@@ -35,7 +35,7 @@ def reference_missing(family: str) -> str | None:
     """Why `family` has no transformers reference (the installed transformers lacks its class), or None."""
     import transformers
 
-    architecture = FAMILIES[family].architecture
+    architecture = spec(family).architecture
     if not hasattr(transformers, architecture):
         return f"transformers {transformers.__version__} has no {architecture}"
     return None
@@ -54,18 +54,18 @@ def checkpoint(family: str, tied: bool | None = None) -> tuple[str, Any]:
     the config (one per family, variant and process)."""
     import transformers
 
-    spec = FAMILIES[family]
+    family_spec = spec(family)
     both = {} if tied is None else {"tie_word_embeddings": tied}  # what SGLang and transformers both read
-    folder = write_config(spec, **both, **TRANSFORMERS_OVERRIDES.get(family, {}))
+    folder = write_config(family_spec, **both, **TRANSFORMERS_OVERRIDES.get(family, {}))
     config = transformers.AutoConfig.from_pretrained(folder)
-    model = getattr(transformers, spec.architecture)._from_config(config, torch_dtype=torch.float32)
+    model = getattr(transformers, family_spec.architecture)._from_config(config, torch_dtype=torch.float32)
     generator = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for _, parameter in sorted(model.named_parameters()):
             parameter.copy_((torch.rand(parameter.shape, generator=generator) * 2 - 1) * WEIGHT_RANGE)
     model.eval()
     model.save_pretrained(folder, safe_serialization=True)
-    write_config(spec, folder, **both)  # SGLang reads the family's own config beside the weights
+    write_config(family_spec, folder, **both)  # SGLang reads the family's own config beside the weights
     return folder, model
 
 
@@ -87,7 +87,7 @@ def load_sglang(family: str, folder: str) -> RealModel:
         model = get_model(model_config=config, load_config=LoadConfig(load_format="auto"),
                           device_config=DeviceConfig("cpu"))
     model.requires_grad_(False)
-    return RealModel(FAMILIES[family], model, config, folder)
+    return RealModel(spec(family), model, config, folder)
 
 
 def logits(family: str, tokens: list[int], tied: bool | None = None) -> torch.Tensor:

@@ -485,6 +485,7 @@ class DecodeTarget:
 
     # -- what a layout provides --------------------------------------------------------------------------------
     attention_backend_class = staticmethod(make_attention_backend_class)
+    world_rank = 0  # this process's rank in its world (`harness.worlds`: one process per rank)
 
     def attention_backend_for(self, case: DecodeCase) -> Callable:
         """The attention double's class factory for `case` (a layout may pick another for a switch)."""

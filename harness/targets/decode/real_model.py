@@ -46,7 +46,7 @@ import torch
 from harness.counter import counter
 from harness.devices.triton_interpreter import interpret_kernels
 from harness.errors import HarnessError, PathMissing
-from harness.models.real import FAMILIES, RealModel, build, missing, sliding_window_size, triton_decode_windows
+from harness.models.real import RealModel, build, missing, sliding_window_size, spec, triton_decode_windows
 from harness.models.real.pools import Pools
 from harness.oracles import OracleFailure
 from harness.oracles.batch_invariance import check_split_counts
@@ -63,7 +63,8 @@ TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.
                   "sglang.kernels.ops.attention.extend_attention",  # a scheduled batch's prefill (scheduled.py)
                   "sglang.srt.mem_cache.allocation",  # up to 0.5.1x the scheduler's req_to_token writes
                   "sglang.kernels.ops.attention.position",  # up to 0.5.1x ForwardBatch.init_new's extend positions
-                  "sglang.kernels.ops.speculative.cache_locs")  # an EAGLE draft's per-step KV rails (eagle_draft.py)
+                  "sglang.kernels.ops.speculative.cache_locs",  # an EAGLE draft's per-step KV rails (eagle_draft.py)
+                  "sglang.kernels.ops.memory.memcpy_triton")  # DP attention's gather and scatter (harness.worlds)
 # Under --enable-deterministic-inference SGLang's Triton backend runs a TARGET_VERIFY's attention through its unified
 # extend kernel, which on a sliding-window layer attends another key set than the plain verify, the torch-native
 # backend and the HF window (logits up to 1.6 apart on the swa family; a strict-xfail finding in the suite). Such a
@@ -194,7 +195,7 @@ class RealModelTarget(v0_5_14.Target):
                     super().__init__(case, layout=layout or v0_5_14.LAYOUT, personality=personality,
                                      device=device, hooks=hooks)
             except Exception as error:  # noqa: BLE001 - only the family's known refusal is kept, anything else raises
-                self.capture_refused = refusal(FAMILIES[family], error)
+                self.capture_refused = refusal(spec(family), error)
                 if self.capture_refused is None:
                     raise
 
@@ -226,15 +227,19 @@ class RealModelTarget(v0_5_14.Target):
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
         self.real = self.load_model()
-        key = (self.family, case.max_running_requests)
-        if key not in _POOLS:
-            _POOLS[key] = Pools(self.real.model_config, case.max_running_requests, KV_TOKENS, device)
-        self.pools = _POOLS[key]
+        self.pools = self.make_pools(case, device)
         self._model_runner = self._runner_double(case, device)
         runner_backend = TritonAttnBackend(self._model_runner)
         self._model_runner.attn_backend = runner_backend
         self.reference_attn_backend = TorchNativeAttnBackend(self._model_runner)
         return self.real.model, None, runner_backend, TritonAttnBackend(self._model_runner)
+
+    def make_pools(self, case: DecodeCase, device: str) -> Pools:
+        """The KV pools this target serves from (one per family and request rows in a process)."""
+        key = (self.family, case.max_running_requests)
+        if key not in _POOLS:
+            _POOLS[key] = Pools(self.real.model_config, case.max_running_requests, KV_TOKENS, device)
+        return _POOLS[key]
 
     def _runner_double(self, case: DecodeCase, device: str):
         runner = make_model_runner(self.real.model, None, device=device,

@@ -57,7 +57,7 @@ class Target(DecodeTarget):
 
     def publish_config(self, case: DecodeCase, device: str) -> Any:
         server_args = self.server_args(case, device)
-        if not publish_server_args(server_args):
+        if not publish_server_args(server_args, self.world_rank):
             # Without runtime_context the runner decides on LoRA from `server_args.enable_lora`; set past the
             # parser, which would want adapter paths.
             server_args.enable_lora = bool(case.lora)

@@ -1,0 +1,311 @@
+"""One rank's server: SGLang's decode runner on a real model, driven by SGLang's scheduler code, inside a world.
+
+`WorldTarget` is the real-model decode target (`harness.targets.decode.real_model`) placed in a world: its server
+args carry the world's flags and are published for this rank; the model is SGLang's class loaded by SGLang's loader
+from a transformers checkpoint (the loader keeps this rank's shard); the KV pools hold this rank's attention heads;
+the model runner is SGLang's own `ModelRunner` class with its constructor skipped, so that `_forward_raw` (graph
+or eager, the eager DP padding, the MLP-sync post-processing) and `attn_tp_sequence_sharded` are SGLang's.
+
+`RankServer.play(program)` runs each iteration as SGLang's scheduler does: the rank's local batch (a prefill of
+new prompts, a decode step, or none), `prepare_mlp_sync_batch_raw` when the world syncs (the DP group's gather of
+token counts and vote, an idle batch for an idle rank), `ForwardBatch.init_new`, `ModelRunner._forward_raw`, the
+greedy next tokens. Before each forward the ranks exchange what their runner decided (graph or eager, the bucket
+it padded to) on a gloo group of the harness's own: ranks that disagree would run different collectives and hang,
+so the disagreement is reported instead (`world-agreement`). After a replay, the same batch runs again eager on
+the cache the replay saw (every rank in step, since eager's collectives are collective too) and the logits and KV
+cache must agree.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+import traceback
+
+import torch
+
+from harness.devices.host_memory import pinned_host_memory
+from harness.oracles import OracleFailure
+from harness.oracles.eager import assert_matches_eager
+from harness.oracles.world_agreement import ITERATION_MARK
+from harness.targets.decode.base import DecodeCase
+from harness.targets.decode.real_model import KV_TOKENS, RealModelTarget, _cache_difference, kernels
+from harness.targets.decode.scheduled import Scheduler
+from harness.worlds.record import IterationRecord, RankRecord, RequestRow, said
+from harness.worlds.world import Admit, Decode, Finish, WorldCase, describe
+
+MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
+
+
+class WorldTarget(RealModelTarget):
+    """See the module docstring. `checkpoint`: the folder of the family's transformers checkpoint."""
+
+    def __init__(self, case: WorldCase, *, rank: int, checkpoint: str, dist_port: int) -> None:
+        self.world, self.world_rank, self.checkpoint, self.dist_port = case.world, rank, checkpoint, dist_port
+        decode_case = DecodeCase(capture_bs=case.capture_bs, max_running_requests=case.max_running_requests)
+        super().__init__(decode_case, family=case.family)
+        runner = self.model_runner
+        runner.decode_cuda_graph_runner = self.runner
+        from harness.targets.sglang_plumbing import load
+
+        with self.scope():
+            runner.eager_runner = load(EAGER_RUNNER_MODULE, "EagerRunner")(runner)
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        """The Triton interpreter, pinned host memory (the DP sync stages its counts there), and CUDA's graph rule
+        for the model runner's dispatch: `_forward_raw` asks `ForwardMode.is_cpu_graph` (DECODE only: SGLang's CPU
+        graph runner) when the runner's device is "cpu", as it is on the virtual device, where under the cuda
+        personality the runner is a CUDA graph runner, whose rule (`is_cuda_graph`: IDLE too) a GPU applies. Without
+        it an idle DP rank runs eager while its peers replay, and their collectives differ."""
+        from unittest import mock
+
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(kernels())
+        stack.enter_context(pinned_host_memory())
+        stack.enter_context(mock.patch.object(ForwardMode, "is_cpu_graph", ForwardMode.is_cuda_graph))
+        return stack
+
+    def server_flags(self, case: DecodeCase) -> dict:
+        return {**super().server_flags(case), **self.world.server_flags()}
+
+    def publish_config(self, case: DecodeCase, device: str):
+        """Publish this rank's config, then (once per process) bring up SGLang's parallel runtime from it, as a
+        scheduler process does: `init_parallel_runtime` (gloo on the CPU) builds the TP, attention-TP/DP and world
+        groups and the DP-attention state."""
+        server_args = super().publish_config(case, device)
+        from sglang.srt.distributed import parallel_state
+
+        if not parallel_state.model_parallel_is_initialized():
+            from sglang.srt.distributed.bootstrap import init_parallel_runtime
+
+            init_parallel_runtime(server_args=server_args, device=device, dist_port=self.dist_port)
+        return server_args
+
+    def load_model(self):
+        from sglang.srt.distributed.bootstrap import init_layer_runtime
+
+        from harness.models.real.transformers_reference import load_sglang
+
+        real = load_sglang(self.family, self.checkpoint)
+        init_layer_runtime(model_config=real.model_config)  # the DP gathered buffer, sized from the model
+        return real
+
+    def make_pools(self, case: DecodeCase, device: str):
+        """This rank's pools: its request rows as SGLang's KV-cache configurator resolves them for the DP layout
+        (`resolve_max_num_reqs`: the running requests shared by the attention-DP ranks), its attention heads."""
+        from types import SimpleNamespace
+
+        from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+        from sglang.srt.runtime_context import get_parallel
+
+        from harness.models.real.pools import Pools
+
+        resolver = SimpleNamespace(model_config=self.real.model_config, attn_dp_size=get_parallel().num_dp_ranks,
+                                   mambaish_config=None)
+        rows = KVCacheConfigurator.resolve_max_num_reqs(resolver, KV_TOKENS)
+        return Pools(self.real.model_config, rows, KV_TOKENS, device, attn_tp=self.world.attn_tp)
+
+    def _runner_double(self, case: DecodeCase, device: str):
+        """SGLang's `ModelRunner`, constructor skipped, carrying the double's attributes (but not its stand-in for
+        `attn_tp_sequence_sharded`: the class's own rule applies)."""
+        from sglang.srt.distributed import parallel_state
+
+        from harness.targets.sglang_plumbing import load
+
+        double = super()._runner_double(case, device)
+        model_runner_class = load(MODEL_RUNNER_MODULE, "ModelRunner")
+        runner = model_runner_class.__new__(model_runner_class)
+        attributes = {k: v for k, v in vars(double).items() if k != "attn_tp_sequence_sharded"}
+        attributes.update(pp_group=parallel_state.get_pp_group(), prefill_cuda_graph_runner=None,
+                          decode_cuda_graph_runner=None, max_running_requests=self.pools.requests,
+                          max_total_num_tokens=KV_TOKENS, decode_attn_backend=None, support_pp=False,
+                          is_generation=True)
+        for name, value in attributes.items():
+            object.__setattr__(runner, name, value)
+        return runner
+
+    def make_model_runner(self, case: DecodeCase, device: str):
+        runner = self._model_runner
+        runner.attn_backend = self.attn_backend
+        runner.decode_attn_backend = self.attn_backend
+        return runner
+
+
+class RankServer:
+    """This rank's server and its scheduler (module docstring)."""
+
+    def __init__(self, case: WorldCase, rank: int, checkpoint: str, dist_port: int) -> None:
+        import torch.distributed as dist
+
+        self.case, self.rank = case, rank
+        started = time.perf_counter()
+        self.target = WorldTarget(case, rank=rank, checkpoint=checkpoint, dist_port=dist_port)
+        self.dp_rank = case.world.dp_rank_of(rank)  # after SGLang accepted the layout
+        self.seconds = {"build_and_capture": time.perf_counter() - started}
+        self.group = dist.new_group(backend="gloo")  # the harness's own channel between the ranks
+        self.scheduler = Scheduler(self.target)
+        self.runner = self.target.runner
+        self.model_runner = self.target.model_runner
+
+    def placement(self) -> dict:
+        from sglang.srt.runtime_context import get_parallel
+
+        parallel = get_parallel()
+        return {name: getattr(parallel, name, None) for name in (
+            "tp_rank", "tp_size", "attn_tp_rank", "attn_tp_size", "attn_dp_rank", "num_dp_ranks", "attn_dp_enabled")}
+
+    def play(self) -> RankRecord:
+        """The program, iteration by iteration; whatever stops it is the record's failure, the iterations played
+        before it kept."""
+        record = RankRecord(self.rank, self.placement(), list(self.runner.capture_bs), seconds=self.seconds)
+        started = time.perf_counter()
+        index = -1
+        try:
+            for index, row in enumerate(self.case.program):
+                record.iterations.append(self.iterate(index, row[self.dp_rank] if len(row) > 1 else row[0]))
+        except OracleFailure as failure:
+            record.failure = {"oracle": failure.oracle, "diagnosis": failure.diagnosis,
+                              "traceback": traceback.format_exc()[-3000:]}
+        except Exception as error:  # noqa: BLE001 - SGLang's own error, in the record with where it happened
+            traceback.print_exc()
+            record.failure = {"oracle": "world-rank", "diagnosis": f"iteration {index}: {said(error)}",
+                              "traceback": traceback.format_exc()[-3000:]}
+        record.seconds["program"] = time.perf_counter() - started
+        return record
+
+    # -- one iteration ---------------------------------------------------------------------------------------
+    def local_batch(self, work):
+        """The ScheduleBatch this rank brings to the iteration (None: nothing)."""
+        scheduler = self.scheduler
+        if isinstance(work, Admit):
+            return scheduler.extend_batch(work.prompts)
+        if isinstance(work, Finish):
+            scheduler.finish(work.positions)
+        if isinstance(work, (Decode, Finish)) and scheduler.running is not None and scheduler.running.reqs:
+            with kernels():
+                scheduler.running.prepare_for_decode()
+            return scheduler.running
+        return None
+
+    def synced(self, local):
+        """SGLang's MLP sync of the iteration (`prepare_mlp_sync_batch_raw`): the gathered counts and the vote set on
+        the batch, an idle batch when this rank has none and another works."""
+        if not self.case.world.mlp_sync:
+            return local
+        from sglang.srt.managers.scheduler_components.dp_attn import prepare_mlp_sync_batch_raw
+        from sglang.srt.utils.common import require_mlp_tp_gather
+
+        with self.target.scope():
+            return prepare_mlp_sync_batch_raw(
+                local, self.model_runner, self.idle_batch, disable_cuda_graph=False,
+                require_mlp_tp_gather=require_mlp_tp_gather(), disable_overlap_schedule=True, offload_tags=set())
+
+    def idle_batch(self):
+        """SGLang's idle batch (`SchedulerDPAttnAdapter.get_idle_batch`)."""
+        from sglang.srt.managers.schedule_batch import ScheduleBatch
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        pools = self.scheduler.pools
+        batch = ScheduleBatch.init_new([], pools.req_to_token_pool, pools.allocator, self.scheduler.tree_cache,
+                                       self.model_runner.model_config, False, SpeculativeAlgorithm.NONE)
+        batch.prepare_for_idle()
+        return batch
+
+    def iterate(self, index: int, work) -> IterationRecord:
+        print(f"{ITERATION_MARK} {index} ({describe(work)})", flush=True)  # where a rank that dies was
+        local = self.local_batch(work)
+        batch = self.synced(local)
+        row = IterationRecord(index, describe(work), None, 0 if local is None else _tokens(local), None, None,
+                              False, None, None, None)
+        if batch is None:
+            return row
+        row.forward_mode = batch.forward_mode.name
+        row.global_num_tokens = list(batch.global_num_tokens) if batch.global_num_tokens is not None else None
+        row.vote = getattr(batch, "can_run_decode_cuda_graph", None) if self.case.world.mlp_sync else None
+        fb = self.scheduler.forward_batch(batch)
+        decision = self.decide(fb, row)
+        self.agree(index, decision)
+        before = self.scheduler.pools.snapshot()
+        with self.target.scope(), torch.no_grad():
+            output = self.model_runner._forward_raw(fb, None)
+        row.graph = bool(output.can_run_graph)
+        logits = output.logits_output.next_token_logits
+        rows = len(batch.reqs)
+        if row.graph:
+            self.eager_twin(batch, logits[:rows], before, row)
+        if rows:
+            row.requests = [RequestRow(req.rid, Scheduler.history(req), logits[i].tolist())
+                            for i, req in enumerate(batch.reqs)]
+            self.advance(batch, logits[:rows].argmax(-1), isinstance(work, Admit))
+        return row
+
+    def decide(self, fb, row: IterationRecord) -> tuple:
+        """What this rank's runner decides for `fb` before any collective: graph or eager and, for a graph, the
+        bucket `load_batch` pads to (and the pad mask it writes)."""
+        mode_check = fb.forward_mode.is_cuda_graph
+        graph = bool(mode_check() and self.runner.can_run_graph(fb))
+        if graph:
+            with self.target.scope():
+                self.runner.load_batch(fb)
+            row.bucket, row.raw_bs = int(self.runner.bs), int(self.runner.raw_bs)
+            buffer = getattr(self.runner.buffers, "num_token_non_padded", None)
+            row.non_padded = None if buffer is None else int(buffer.reshape(-1)[0])
+        return graph, row.bucket
+
+    def agree(self, index: int, decision: tuple) -> None:
+        import torch.distributed as dist
+
+        decisions = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(decisions, decision, group=self.group)
+        if len(set(decisions)) > 1:
+            described = ", ".join(f"rank {r}: {'graph, bucket ' + str(b) if g else 'eager'}"
+                                  for r, (g, b) in enumerate(decisions))
+            raise OracleFailure("world-agreement", f"iteration {index}: the ranks' decode runners decided "
+                                f"differently before the forward ({described}); ranks that replay different "
+                                "graphs, or one a graph and another eager, run different collectives",
+                                decisions=decisions)
+
+    def eager_twin(self, batch, replayed: torch.Tensor, before: list, row: IterationRecord) -> None:
+        """The batch again, eager (the runner hidden from `_forward_raw`), on the cache the replay saw: its logits
+        within float32 tolerance of the replay's (the graph's GEMMs run padded rows) and the KV cache it leaves
+        equal, slot 0 (SGLang's padding slot) aside."""
+        pools = self.scheduler.pools
+        after_replay = pools.snapshot()
+        pools.restore(before)
+        fb = self.scheduler.forward_batch(batch)
+        runner, self.model_runner.decode_cuda_graph_runner = self.model_runner.decode_cuda_graph_runner, None
+        try:
+            with self.target.scope(), torch.no_grad():
+                eager = self.model_runner._forward_raw(fb, None).logits_output.next_token_logits
+        finally:
+            self.model_runner.decode_cuda_graph_runner = runner
+        row.eager_twin = True
+        after_eager = pools.snapshot()
+        pools.restore(after_replay)
+        rows = replayed.shape[0]
+        try:
+            assert_matches_eager(replayed, eager[:rows], exact=False)
+            cache = _cache_difference(pools, after_replay, after_eager, exact=False)
+            if cache:
+                row.replay_vs_eager = f"the KV cache the replay left differs from eager's: {cache}"
+        except OracleFailure as failure:
+            row.replay_vs_eager = failure.diagnosis
+
+    def advance(self, batch, next_ids: torch.Tensor, admitted: bool) -> None:
+        scheduler = self.scheduler
+        scheduler.advance(batch, next_ids)
+        if admitted:
+            if scheduler.running is None or not scheduler.running.reqs:  # the scheduler starts a new running batch
+                scheduler.running = batch
+            else:
+                scheduler.running.merge_batch(batch)
+
+
+def _tokens(batch) -> int:
+    """The tokens a local batch brings (its extend tokens, or one per decoding request)."""
+    if batch.forward_mode.is_decode():
+        return batch.batch_size()
+    return int(batch.extend_num_tokens)
+

@@ -1,0 +1,158 @@
+"""A drawn world: the parallel configuration, the served model and the program every rank plays.
+
+`World` holds the parallel flags a user passes (`--tp`, `--dp`, `--enable-dp-attention`, `--moe-dense-tp-size`)
+and the rank layout SGLang derives from them, written out here as arithmetic so that the oracles can hold SGLang's
+own derivation to it: attention-DP ranks = dp with DP attention (else 1), attention-TP width = tp / that, and
+TP rank r serves attention-DP rank r // attention-TP width.
+
+A program is a tuple of iterations; an iteration gives each attention-DP rank one piece of work (`Admit` new
+prompts: a prefill; `Decode`: a decode step of its running requests; `Idle`: nothing, the rank joins the DP group's
+collectives with an idle batch; `Finish`: requests leave, then a decode step). Without DP attention every TP rank
+serves one batch: the program has one column.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+@dataclasses.dataclass(frozen=True)
+class Admit:
+    """New requests: their prompts (token ids), prefilled in one extend batch, then decoding with the others."""
+
+    prompts: tuple[tuple[int, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decode:
+    """One decode step of every running request of the rank."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Finish:
+    """The running requests at these positions finish (their KV and pool rows go back), then a decode step."""
+
+    positions: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Idle:
+    """The attention-DP rank has no batch this iteration (SGLang gives it an idle batch if any other rank works)."""
+
+
+Work = Admit | Decode | Finish | Idle
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """The parallel flags of one server (module docstring)."""
+
+    tp: int
+    dp: int = 1
+    dp_attention: bool = False
+    moe_dense_tp: int | None = None  # --moe-dense-tp-size: 1 is DP-FFN (dense MLPs data parallel)
+
+    @property
+    def ranks(self) -> int:
+        """Processes: the TP group spans the world (one pipeline stage)."""
+        return self.tp
+
+    @property
+    def dp_ranks(self) -> int:
+        """Attention-DP ranks (SGLang's `num_dp_ranks`)."""
+        return self.dp if self.dp_attention else 1
+
+    @property
+    def attn_tp(self) -> int:
+        return self.tp // self.dp_ranks
+
+    def dp_rank_of(self, rank: int) -> int:
+        """The attention-DP rank TP rank `rank` serves."""
+        return rank // self.attn_tp
+
+    def server_flags(self) -> dict:
+        flags = dict(tp_size=self.tp, dp_size=self.dp, enable_dp_attention=self.dp_attention)
+        if self.moe_dense_tp is not None:
+            flags["moe_dense_tp_size"] = self.moe_dense_tp
+        return flags
+
+    # -- what SGLang must derive from the flags (utils/common.py's require_* rules, written out) ---------------
+    @property
+    def mlp_tp_gather(self) -> bool:
+        """The MLP's input is all-gathered from every attention-DP rank: with DP attention, always in the worlds
+        drawn here (SGLang exempts only a DP LM head with an all-to-all MoE backend, DeepEP or FlashInfer, whose
+        kernels need a GPU)."""
+        return self.dp_attention
+
+    @property
+    def attn_tp_gather(self) -> bool:
+        """Attention's input is scattered over the attention-TP group (--moe-dense-tp-size set and more than one
+        TP rank per attention-DP rank)."""
+        if self.moe_dense_tp is None:
+            return False
+        return self.dp_ranks < self.tp if self.dp_attention else True
+
+    @property
+    def mlp_sync(self) -> bool:
+        """Ranks agree on each iteration's batch shape before the forward (SGLang's `require_mlp_sync`)."""
+        return self.dp_attention or self.mlp_tp_gather or self.attn_tp_gather
+
+    def layout_error(self) -> str | None:
+        """Why these flags make no rank layout (SGLang must refuse them), or None."""
+        if self.dp_attention and (self.dp > self.tp or self.tp % self.dp):
+            return f"--dp {self.dp} does not divide --tp {self.tp} into attention-DP groups"
+        if not self.dp_attention and self.dp != 1:
+            return f"--dp {self.dp} without DP attention is {self.dp} servers (a router's), not one world"
+        return None
+
+    def requests_per_rank(self, max_running_requests: int) -> int:
+        """The request pool of each attention-DP rank: `--max-running-requests` shared by the DP ranks, at least one
+        (SGLang's `resolve_max_num_reqs`, the KV capacity ample)."""
+        return max(1, max_running_requests // self.dp_ranks)
+
+    def capture_alignment(self) -> int:
+        """The factor every captured size is a multiple of: the attention-TP width when the runner gathers
+        (`get_cuda_graph_batch_size_alignment`, no two-batch overlap, no context parallel)."""
+        return self.attn_tp if (self.mlp_tp_gather or self.attn_tp_gather) else 1
+
+    def capture_list(self, requested: tuple[int, ...], max_running_requests: int) -> list[int]:
+        """The sizes SGLang captures for `--cuda-graph-bs requested` (`get_batch_sizes_to_capture`): the rank's
+        request pool aligned up joins the list when a requested size exceeds it; sizes not a multiple of the
+        alignment, or above the aligned pool, are dropped."""
+        align = self.capture_alignment()
+        pool = math.ceil(self.requests_per_rank(max_running_requests) / align) * align
+        sizes = list(requested) + ([pool] if max(requested) > pool else [])
+        return sorted({s for s in sizes if s % align == 0 and s <= pool})
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}"]
+        if self.dp_attention:
+            parts.append(f"dp{self.dp}-attention")
+        if self.moe_dense_tp is not None:
+            parts.append(f"moe-dense-tp{self.moe_dense_tp}")
+        return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldCase:
+    """One example: the world, the family served, the decode capture list asked for, the server's capacity and
+    the program (one column per attention-DP rank)."""
+
+    world: World
+    family: str
+    capture_bs: tuple[int, ...]
+    max_running_requests: int
+    program: tuple[tuple[Work, ...], ...]
+
+    def drawn(self) -> dict:
+        return {"world": dataclasses.asdict(self.world), "world_label": self.world.label(), "family": self.family,
+                "capture_bs": list(self.capture_bs), "max_running_requests": self.max_running_requests,
+                "program": [[describe(work) for work in row] for row in self.program]}
+
+
+def describe(work: Work) -> str:
+    if isinstance(work, Admit):
+        return f"admit {[len(p) for p in work.prompts]}-token prompts"
+    if isinstance(work, Finish):
+        return f"finish {list(work.positions)}, decode"
+    return type(work).__name__.lower()

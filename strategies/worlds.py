@@ -1,0 +1,77 @@
+"""Parallel worlds: the parallel flags, the server's capacity and each attention-DP rank's load, iteration by
+iteration.
+
+`world_cases(ranks)` draws:
+- a world of `ranks` processes: plain tensor parallel; DP attention over every rank (one attention-TP rank per DP
+  rank) or over half of them (attention-TP width 2, four ranks); tensor parallel with `--moe-dense-tp-size 1`
+  (attention's input scattered over the attention-TP group: capture sizes aligned to it);
+- `--cuda-graph-bs` (sizes up to 8) and `--max-running-requests` (2 to 8: the request pool SGLang appends, aligned,
+  when a requested size exceeds it, and the largest batch a rank may hold);
+- a program: first each attention-DP rank admits prompts or stays idle (at least one admits), then each iteration
+  gives each DP rank a decode step, new prompts (a prefill the DP group's vote must keep off the graph), finished
+  requests, or nothing (an idle rank the group replays with). A rank never holds more requests than the pool.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from harness.worlds.world import Admit, Decode, Finish, Idle, World, WorldCase
+
+VOCAB = 128
+WORLD_FAMILY = "qwen3"  # a dense class built for DP attention (harness.models.real.WORLD_FAMILIES)
+DENSE_TP_FAMILY = "mla"  # DeepSeek-V2: its dense layer honours --moe-dense-tp-size (a dense Qwen3 MLP does not)
+WORLDS = {
+    2: (World(tp=2), World(tp=2, dp=2, dp_attention=True), World(tp=2, moe_dense_tp=1)),
+    4: (World(tp=4), World(tp=4, dp=4, dp_attention=True), World(tp=4, dp=2, dp_attention=True),
+        World(tp=4, moe_dense_tp=1)),
+}
+
+
+def family_of(world: World) -> str:
+    """The family a world serves: one whose model class supports the world's layout."""
+    return DENSE_TP_FAMILY if world.moe_dense_tp is not None else WORLD_FAMILY
+
+
+def prompts(count: int):
+    return st.lists(st.lists(st.integers(3, VOCAB - 1), min_size=1, max_size=6).map(tuple), min_size=count,
+                    max_size=count).map(tuple)
+
+
+@st.composite
+def programs(draw, dp_ranks: int, capacity: int):
+    """Iterations of per-DP-rank work (module docstring); each rank's running requests stay within `capacity`."""
+    running = [0] * dp_ranks
+    first = []
+    for dp_rank in range(dp_ranks):
+        count = draw(st.integers(0 if dp_rank else 1, min(3, capacity)), label="first admissions")
+        first.append(Admit(draw(prompts(count))) if count else Idle())
+        running[dp_rank] = count
+    rows = [tuple(first)]
+    for _ in range(draw(st.integers(2, 4), label="iterations")):
+        row = []
+        for dp_rank in range(dp_ranks):
+            kinds = ["decode", "idle"] + (["admit"] if running[dp_rank] < capacity else []) + \
+                (["finish"] if running[dp_rank] else [])
+            kind = draw(st.sampled_from(kinds))
+            if kind == "admit":
+                count = draw(st.integers(1, min(2, capacity - running[dp_rank])))
+                row.append(Admit(draw(prompts(count))))
+                running[dp_rank] += count
+            elif kind == "finish":
+                positions = draw(st.lists(st.integers(0, running[dp_rank] - 1), min_size=1, unique=True,
+                                          max_size=running[dp_rank]))
+                row.append(Finish(tuple(sorted(positions))))
+                running[dp_rank] -= len(positions)
+            else:
+                row.append(Decode() if kind == "decode" else Idle())
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+@st.composite
+def world_cases(draw, ranks: int = 2):
+    world = draw(st.sampled_from(WORLDS[ranks]), label="world")
+    capture = draw(st.lists(st.integers(1, 8), min_size=1, max_size=3, unique=True), label="capture_bs")
+    capacity = draw(st.integers(2, 8), label="max_running_requests")
+    program = draw(programs(world.dp_ranks, world.requests_per_rank(capacity)), label="program")
+    return WorldCase(world, family_of(world), tuple(sorted(capture)), capacity, program)

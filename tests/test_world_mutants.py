@@ -1,0 +1,153 @@
+"""Mutants of SGLang's multi-rank decode path, each run as a world of two ranks on a scratch copy of SGLang (the
+ranks import it first: `run_world(sglang_root=...)`). Each must fail naming the rank, the iteration and the relation
+broken; clean SGLang passes the same worlds.
+
+- dp_bucket_per_rank: `DecodeCudaGraphRunner._max_dp_batch_size` answers the rank's own batch size instead of the
+  DP group's largest request count: DP ranks of loads 2 and 1 pad to buckets 2 and 1, whose gathers differ
+  (`world-agreement`, before the forward: rank 0 graph bucket 2, rank 1 graph bucket 1).
+- extending_rank_votes_for_the_graph: `_local_decode_cuda_graph_vote` lets a rank that prefills vote for the decode
+  graph: the group's vote holds while one rank extends, so its peer replays while it runs eager (`world-agreement`).
+- idle_rank_votes_against_the_graph: an idle rank (no batch) votes against it, so a group with one idle rank never
+  replays (`world-agreement`: the vote, against the arithmetic "every rank decodes or idles").
+- gather_keeps_local_counts: `_update_gather_batch` keeps each rank's own count where the MLP gathers every DP
+  rank's: the ranks disagree on their bucket (`world-agreement`).
+- scatter_from_rank_zero: `get_dp_local_info` takes every DP rank's rows from the start of the gathered buffer: rank
+  1 gets rank 0's hidden states, in eager and graph alike (`transformers-reference`, naming rank 1's request).
+- capture_sizes_not_aligned: `get_batch_sizes_to_capture` keeps sizes off the attention-TP alignment: a scattered
+  attention world captures a size its ranks cannot split (`world-agreement` on the capture list).
+- rank_one_fails_its_capture: rank 1 raises in its capture; rank 0 waits in a collective it never joins. The world
+  is recorded with rank 1's error first and rank 0 killed as hung: nothing is left running (`world-rank`).
+- rank_one_skips_the_dp_sync: rank 1 skips the DP group's gather; rank 0 waits for it forever. Both are killed at
+  the world's time limit, with their stacks (`world-rank`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.mutants import scratch_sglang
+from harness.oracles import OracleFailure
+from suites.test_parallel_worlds import DP_IDLE_RANK, SCATTERED_ATTENTION, run_case
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # each world: two rank processes
+
+RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
+DP_ATTN = "srt/managers/scheduler_components/dp_attn.py"
+DP_ATTENTION = "srt/layers/dp_attention.py"
+BASE_RUNNER = "srt/model_executor/runner/base_cuda_graph_runner.py"
+# the DP world up to its idle iteration (iteration 3, a prefill beside a decode, stays in for the vote mutant)
+DP_SHORT = dataclasses.replace(DP_IDLE_RANK, program=DP_IDLE_RANK.program[:4])
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from harness.models.real import transformers_reference
+    from harness.targets import worlds
+
+    try:
+        worlds.load()
+    except Exception as missing:  # noqa: BLE001 - PathMissing, or an SGLang that cannot import here
+        pytest.skip(str(missing))
+    return lambda family: (transformers_reference.checkpoint(family)[0],
+                           lambda history: transformers_reference.logits(family, history))
+
+
+def judged(case, reference, edits=(), timeout: float = 240):
+    """Serve and judge `case` as the suite does (on a scratch SGLang with `edits`): (the OracleFailure or None, the
+    outcome). Every rank process has been reaped when it returns."""
+    from harness.targets.worlds import launcher
+
+    root = str(scratch_sglang(list(edits))) if edits else None
+    run, outcomes = launcher.run_world, []
+
+    def run_world(*args, **kwargs):
+        outcomes.append(run(*args, **{**kwargs, "sglang_root": root, "timeout": timeout, "grace": 5}))
+        return outcomes[-1]
+
+    with pytest.MonkeyPatch.context() as patches:
+        patches.setattr(launcher, "run_world", run_world)
+        try:
+            run_case(case, reference)
+        except OracleFailure as failure:
+            return failure, outcomes[-1]
+    return None, outcomes[-1]
+
+
+def test_clean_sglang_passes_the_dp_world(reference):
+    failure, outcome = judged(DP_SHORT, reference)
+    assert failure is None, failure
+    assert outcome.complete
+
+
+def test_dp_bucket_per_rank_fails_naming_each_ranks_bucket(reference):
+    failure, _ = judged(DP_SHORT, reference, [(RUNNER, "        return max(request_counts)",
+                                               "        return forward_batch.batch_size")])
+    assert failure is not None and failure.oracle == "world-agreement", failure
+    assert "iteration 1" in failure.diagnosis and "rank 0: graph, bucket 2" in failure.diagnosis \
+        and "rank 1: graph, bucket 1" in failure.diagnosis, failure.diagnosis
+
+
+def test_extending_rank_voting_for_the_graph_fails_naming_graph_and_eager(reference):
+    failure, _ = judged(DP_SHORT, reference, [(DP_ATTN, "        or local_batch.forward_mode.is_decode_or_idle()\n",
+                                               "        or local_batch.forward_mode.is_decode_or_idle()\n"
+                                               "        or local_batch.forward_mode.is_extend()\n")])
+    assert failure is not None and failure.oracle == "world-agreement", failure
+    assert "iteration 3" in failure.diagnosis and "eager" in failure.diagnosis, failure.diagnosis
+
+
+def test_idle_rank_voting_against_the_graph_fails_naming_the_vote(reference):
+    failure, _ = judged(DP_SHORT, reference, [(DP_ATTN, "        local_batch is None\n"
+                                               "        or local_batch.forward_mode.is_decode_or_idle()\n"
+                                               "        or local_batch.forward_mode.is_prebuilt()\n",
+                                               "        local_batch is not None\n"
+                                               "        and (local_batch.forward_mode.is_decode_or_idle()\n"
+                                               "        or local_batch.forward_mode.is_prebuilt())\n")])
+    assert failure is not None and failure.oracle == "world-agreement", failure
+    assert "iteration 2" in failure.diagnosis and "voted False" in failure.diagnosis, failure.diagnosis
+
+
+def test_gather_keeping_local_counts_fails_naming_the_rank(reference):
+    failure, _ = judged(DP_SHORT, reference, [(DP_ATTN, "    if not require_mlp_tp_gather:", "    if True:")])
+    assert failure is not None and failure.oracle in ("world-agreement", "world-rank"), failure
+    assert "in iteration 0" in failure.diagnosis and "collective mismatch" in failure.diagnosis, failure.diagnosis
+
+
+def test_scatter_from_rank_zero_fails_against_transformers(reference):
+    failure, _ = judged(DP_SHORT, reference, [(DP_ATTENTION, "            local_start_pos = cumtokens[dp_rank - 1]",
+                                               "            local_start_pos = torch.zeros_like(cumtokens[0])")])
+    assert failure is not None and failure.oracle == "transformers-reference", failure
+    assert "of world tp2 dp2-attention, iteration" in failure.diagnosis, failure.diagnosis
+
+
+def test_capture_sizes_not_aligned_fail_at_capture(reference):
+    failure, _ = judged(SCATTERED_ATTENTION, reference, [(
+        BASE_RUNNER, "    capture_bs = [bs for bs in capture_bs if bs * alignment_width % mul_base == 0]",
+        "    capture_bs = list(capture_bs)")])
+    assert failure is not None and failure.oracle in ("world-agreement", "world-rank"), failure
+    assert "captured [1, 2, 4]" in failure.diagnosis or "SGLang refused a case the rules call valid" in \
+        failure.diagnosis, failure.diagnosis
+
+
+def test_rank_failing_its_capture_is_named_first_and_its_peer_reaped(reference):
+    failure, outcome = judged(DP_SHORT, reference, [(
+        RUNNER, "    def capture(self) -> None:\n        with self.model_context():",
+        "    def capture(self) -> None:\n        if get_parallel().tp_rank == 1:\n"
+        "            raise RuntimeError('rank 1 fails its capture')\n        with self.model_context():")])
+    assert failure is not None and failure.oracle == "world-rank", failure
+    text = failure.diagnosis
+    assert "rank 1: " in text and "rank 1 fails its capture" in text, text
+    assert text.index("rank 1: ") < text.index("rank 0: ") if "rank 0: " in text else True, text
+    assert outcome.leftover() == [], outcome
+
+
+def test_rank_stuck_before_the_dp_sync_hangs_and_both_are_killed_with_their_stacks(reference):
+    failure, outcome = judged(DP_SHORT, reference, [(
+        DP_ATTN, "        mlp_sync_info.all_gather(",
+        "        __import__('time').sleep(3600) if get_parallel().attn_dp_rank == 1 else None\n"
+        "        mlp_sync_info.all_gather(")], timeout=45)
+    assert failure is not None and failure.oracle == "world-rank", failure
+    assert outcome is not None and sorted(outcome.hung) == [0, 1], outcome
+    assert "hung" in failure.diagnosis and "time.sleep" not in failure.diagnosis
+    assert "dp_attn.py" in outcome.hung[1], outcome.hung[1][-2000:]
+    assert outcome.leftover() == [], outcome
