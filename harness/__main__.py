@@ -10,7 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout; site-packages when installed from the wheel
+# What runs the suites, the self-tests or mutant and bisect runs from the checkout (its pytest configuration,
+# conftest.py, tests/, requirements/); the wheel (docs/ci.md) carries the plugin and `targets`, `oracles`.
+NEEDS_CHECKOUT = ("campaign", "gate", "selftest", "repro", "mutate", "bisect")
+
+
+def in_checkout() -> bool:
+    """Whether this harness runs from its repository rather than from an installed wheel."""
+    return (REPO_ROOT / "conftest.py").is_file() and (REPO_ROOT / "requirements" / "harness.txt").is_file()
 
 
 def _pytest(args: list[str]) -> int:
@@ -202,11 +210,11 @@ def bisect(options, extra: list[str]) -> int:
     return 3
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m harness") -> int:
     from harness.profiles import PROFILES
     from harness.devices import DEVICES
 
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("campaign", help="fuzz every suite against the installed SGLang, with a report")
     run.add_argument("--device", default="cpu", choices=DEVICES)
@@ -271,7 +279,17 @@ def main(argv: list[str] | None = None) -> int:
     search.add_argument("--report-dir", default="reports/bisect", help="bisect.jsonl and each step's records")
     search.set_defaults(handler=bisect)
     options, extra = parser.parse_known_args(argv)
+    if (options.command in NEEDS_CHECKOUT or getattr(options, "write_docs", False)) and not in_checkout():
+        print(f"error: `{options.command}` runs from a checkout of the harness, and this one is installed at "
+              f"{REPO_ROOT / 'harness'}: run `./harness.sh {options.command} ...` in a clone (docs/ci.md)",
+              file=sys.stderr)
+        return 2
     return options.handler(options, extra)
+
+
+def script() -> int:
+    """The wheel's console script (`sglang-harness`): `main` under that name in its usage and errors."""
+    return main(prog="sglang-harness")
 
 
 if __name__ == "__main__":
