@@ -12,6 +12,11 @@
    limit; the first failing example's record is the reproduction (kept even if the limit kills the search).
 5. Write a standalone script that replays it without Hypothesis, and the explicit example to pin in
    suites/regressions/, then run the script once to confirm it fails the same way.
+
+Compile-time failures of model code (untraceable-call, missing-fake-impl, fake-script-object, and a dynamo-recompile
+that names its guard) skip the search: `harness.repro_compile` writes a script that re-creates the failure on the
+CPU with PyTorch's own tools, and runs it. A known finding answers such a log only when it declares the log's
+guard, frame or op (`harness.known_findings`).
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import time
 from pathlib import Path
 from collections.abc import Callable
 
-from harness import known_findings, registry
+from harness import known_findings, registry, repro_compile
 from harness.errors import HarnessError
 from harness.mutants import REPO_ROOT, run_pytest
 
@@ -320,6 +325,12 @@ def graph_break_evidence(text: str) -> dict:
     return {"reason": reason or "not stated in the log", "site": site or "not stated in the log"}
 
 
+def _with_model(text: str, evidence: dict) -> dict:
+    """A compile-time failure's evidence and the architecture the log names."""
+    arch = architecture(text)
+    return {**evidence, "architecture": arch} if arch else evidence
+
+
 @dataclasses.dataclass
 class Signature:
     name: str
@@ -337,6 +348,13 @@ CAPTURE_GRAPH_FAILED = (r"Capture (cuda|npu)? ?graph failed|Piecewise CUDA Graph
 # (bare, or wrapped as InternalTorchDynamoError: AssertionError).
 DYNAMO_ASSERT = r'(?ms:File "[^"\n]*torch/_dynamo/[^"\n]*".*?^[^\n]*?(?:[\w.]+: )?AssertionError\b)'
 GRAPH_BREAK = (r"torch\._dynamo\.exc\.(?:Unsupported|UserError)\b|\bGraph break\b|graph_break|" + DYNAMO_ASSERT)
+# A custom op reached by fake tensor propagation without a fake implementation, in the words torch releases use.
+MISSING_FAKE = (r"no fake impl|has no fake|no abstract impl|UnsupportedOperatorException|"
+                r"does not support running with fake tensors")
+# A call Dynamo refuses to trace: a function it skips, a context manager (a lock) it cannot enter, an lru_cache.
+UNTRACEABLE = (r"Attempted to call function marked as skipped|skip function \w+ in file|Unsupported context manager|"
+               r"does not know how to enter an? `|inline in skipfiles|lru_cache[\w-]*(?:-wrapped|_wrapper)|"
+               r"Unsupported[^\n]*threading\.R?Lock")
 # What a user writes when the outputs are wrong and nothing crashed (a report with no traceback).
 WRONG_WORDS = "|".join((
     r"garbled|gibberish|nonsense|incoherent|garbage (outputs?|text|tokens?|results?|characters)",
@@ -359,6 +377,19 @@ SIGNATURES = [
                          r"set_state_index method during capturing", re.I),
               "CUDA refused an operation while the stream was capturing (a sync, host read or seed query inside "
               "captured code)", _capture_path, _graph_conditions, frozenset({"capture-legality"})),
+    Signature("fake-script-object", re.compile(r"FakeScriptObject"),
+              "an op was handed a FakeScriptObject while torch.compile traced it (a torchbind argument, e.g. a "
+              "quantised kernel's weight type, with no fake the op accepts)",
+              _compile_path, _graph_conditions, frozenset({"graph-break", "crash"}),
+              evidence=lambda t: _with_model(t, repro_compile.fake_script_object_evidence(t))),
+    Signature("missing-fake-impl", re.compile(MISSING_FAKE, re.I),
+              "a custom op without a fake implementation was reached by a compiled region",
+              _compile_path, _graph_conditions, frozenset({"graph-break", "crash"}),
+              evidence=lambda t: _with_model(t, repro_compile.missing_fake_evidence(t))),
+    Signature("untraceable-call", re.compile(UNTRACEABLE),
+              "Dynamo met a call it cannot trace (a lock entered, a function it skips, an lru_cache-wrapped "
+              "function)", _compile_path, _graph_conditions, frozenset({"graph-break"}),
+              evidence=lambda t: _with_model(t, repro_compile.untraceable_evidence(t))),
     Signature("graph-break", re.compile(GRAPH_BREAK),
               "Dynamo could not trace the model where SGLang compiles it (a graph break under fullgraph, a Dynamo "
               "UserError, or an AssertionError inside Dynamo during capture)",
@@ -373,7 +404,8 @@ SIGNATURES = [
                          r"recompile_limit", re.I),
               "Dynamo recompiled after capture (a guard failed on a runtime value)",
               lambda t: _suite_by_words(t, "prefill_pcg"), _graph_conditions,
-              frozenset({"no-recompile", "capture-stream", "dynamo-contract"})),
+              frozenset({"no-recompile", "capture-stream", "dynamo-contract"}),
+              evidence=lambda t: _with_model(t, repro_compile.recompile_evidence(t))),
     Signature("compile-kwargs-rejected",
               re.compile(r"Either mode or options can be specified|Unexpected optimization option|"
                          r"Invalid backend|Unrecognized mode=", re.I),
@@ -471,10 +503,18 @@ def _agrees(drawn: dict, conditions: dict) -> bool:
     return all(drawn[key] in values for key, values in conditions.items() if key in (drawn or {}))
 
 
-def known_finding(signature: Signature, suite: str, conditions: dict) -> tuple[dict, str] | None:
+def known_finding(signature: Signature, suite: str, conditions: dict,
+                  evidence: dict | None = None) -> tuple[dict, str] | None:
     """The first known finding or pinned regression of `suite` that fails with an oracle of `signature` under the
-    log's conditions, and its reason; None when there is none."""
-    known, failures = known_findings.run_known(suite)
+    log's conditions, and its reason; None when there is none. Only findings that declare the guard, frame or op
+    the log names run (the others are told apart, and why, without running)."""
+    named = {key: value for key, value in (evidence or {}).items() if value != repro_compile.NOT_STATED}
+    eligible, notes = known_findings.answering(known_findings.known_tests(suite), named)
+    for note in notes:
+        print(f"[repro] {note}")
+    if not eligible:
+        return None
+    known, failures = known_findings.run_known(suite, known=eligible)
     for record in failures:
         if record.get("oracle") in signature.oracles and _agrees(record.get("drawn") or {}, conditions):
             return record, known_findings.reason_of(known, record.get("test", ""))
@@ -576,13 +616,16 @@ def repro(path: str, budget: float, out: Path) -> int:
         for note in reading.notes:
             print(f"[repro] derived: {note}")
         print(f"[repro] checking suite {suite}'s known findings and pinned regressions first")
-        known = known_finding(signature, suite, conditions)
+        known = known_finding(signature, suite, conditions, reading.evidence)
         if known is not None:
             record, reason = known
             print(f"[repro] a KNOWN FINDING of the installed SGLang {record.get('sglang')} (after "
                   f"{time.time() - started:.1f} s, no search): {record['test']} [{record.get('oracle')}] "
                   f"{record.get('diagnosis')}\n[repro] why it is kept: {reason}\n[repro] replay: {record['replay']}")
             return 0
+        plan = repro_compile.plan(signature.name, text)
+        if plan is not None:
+            return run_plan(plan, out, budget, started)
         print(f"[repro] none matches; searching suite {suite} with conditions {json.dumps(conditions)} for up "
               f"to {budget:.0f} s")
         record = search(suite, conditions, budget, Path(tempfile.mkdtemp(prefix="harness-repro-")))
@@ -603,3 +646,28 @@ def repro(path: str, budget: float, out: Path) -> int:
     if not confirmed:
         print(done.stdout[-2000:] + done.stderr[-2000:])
     return 0 if confirmed else 1
+
+
+# What a compile-time failure's script said, by its exit status (harness.repro_compile's convention).
+PLAN_OUTCOMES = {1: "fails as reported", 0: "DID NOT fail on this machine", 3: "cannot run on this machine"}
+
+
+def run_plan(plan: repro_compile.Plan, out: Path, budget: float, started: float) -> int:
+    """Write the script that re-creates a compile-time failure and run it once; 0 when it fails as reported."""
+    out.mkdir(parents=True, exist_ok=True)
+    script = out / f"repro_{plan.name}.py"
+    script.write_text(plan.script)
+    print(f"[repro] no search: a standalone script re-creates {plan.what}")
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO_ROOT,
+                              timeout=budget)
+    except subprocess.TimeoutExpired:
+        print(f"[repro] standalone script: {script} (ran past {budget:.0f} s)")
+        return 1
+    said = [line for line in done.stdout.splitlines() if re.match(r"(reproduced|did not reproduce|cannot run)", line)]
+    outcome = PLAN_OUTCOMES.get(done.returncode) if said else None
+    print(f"[repro] standalone script: {script} ({outcome or f'crashed, exit {done.returncode}'})")
+    for line in said or (done.stdout[-1500:] + done.stderr[-1500:]).splitlines():
+        print(f"[repro]   {line}")
+    print(f"[repro] total {time.time() - started:.1f} s")
+    return 0 if done.returncode == 1 and said and said[-1].startswith("reproduced") else 1

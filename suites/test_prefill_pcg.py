@@ -573,6 +573,19 @@ def test_breakable_mha_companion_prefix(name):
 
 
 # -- findings on clean SGLang, kept visible -------------------------------------------------------------------
+# What each finding is about (harness/known_findings.py): the guard its recompile shows. `repro` names a finding for
+# a pasted log only when the log's guard is this one (a log naming another guard goes on to its own reproduction).
+FINDINGS_ABOUT = {
+    "test_findings_unresolved_fused_ops_retrace_at_capture": {"guard": r"\._forward_method\b"},
+    "test_findings_global_forward_mode_none_recompiles": {"guard": r"\bglobal_forward_mode\b"},
+    "test_findings_capture_size_one_never_replays": {
+        "guard": r"\b2 <= \S+\.size\(\)\[0\]|size mismatch at index 0\. expected 1\b"},
+    "test_findings_mrope_slot_retraces": {"guard": r"stride\(\)\[0\] == \S+\.size\(\)\[1\]"},
+    "test_findings_deepstack_warmup_skipped": {"guard": r"\binput_deepstack_embeds\b"},
+    "test_findings_speculative_modes_recompile": {"guard": r"\bforward_mode\b"},  # not global_forward_mode
+}
+
+
 def run_finding(case: PrefillCase, batch: Batch) -> None:
     with example("prefill_pcg_findings", capture_tokens=case.capture_tokens, backend=case.backend,
                  **draw.describe(batch)) as ex:

@@ -197,6 +197,45 @@ REPORTS = {
         {"platform": ["oot"], "options": [{"epilogue_fusion": True, "max_autotune": False}], "backend": ["inductor"]},
         {}, []),
     "out_of_scope_nccl_timeout.log": (None, None, None, {}, []),  # a hang, not a capture or compile failure
+    # compile-time failures of model code (harness/repro_compile.py): narrowed to the frame, call, op or guard
+    "untraceable_call_lock.log": (
+        "untraceable-call", "decode_capture", {"default_max_bs": [8], "enable_torch_compile": [True]},
+        {"call": "threading.Lock (context-manager)", "frame": f"{SQL}/eplb/expert_distribution.py:318 in "
+         "on_select_experts", "model": "qwen2_moe", "architecture": "Qwen2MoeForCausalLM",
+         "installed": "sglang/srt/eplb/expert_distribution.py:318"}, []),
+    "untraceable_call_device_name.log": (
+        "untraceable-call", "decode_capture", {"enable_torch_compile": [True], "torch_compile_max_bs": [4]},
+        {"call": "torch.cuda.get_device_name (skipped)", "reason": "Attempted to call function marked as skipped",
+         "frame": f"{SQL}/layers/attention/triton_backend.py:944 in forward_decode", "model": "gemma2"}, []),
+    "missing_fake_impl_fp8_marlin.log": (
+        "missing-fake-impl", "prefill_pcg", {},
+        {"op": "sglang::apply_fp8_marlin_linear", "frame": f"{SQL}/layers/quantization/fp8.py:1314 in apply",
+         "model": "qwen3", "installed": "fp8.py:1314 is `return torch.ops.sglang.apply_fp8_marlin_linear(`",
+         "registered": "in sglang.srt.layers.quantization.marlin_utils_fp8"},
+        ["--enable-piecewise-cuda-graph -> the piecewise prefill graphs"]),
+    "missing_fake_impl_absent_op.log": (
+        "missing-fake-impl", "prefill_pcg", {},
+        {"op": "sglang::fused_gdn_gating_v2", "registered": "registers no op sglang::fused_gdn_gating_v2",
+         "model": "qwen3_next"}, []),
+    "fake_script_object_gptq_marlin.log": (
+        "fake-script-object", "decode_capture", {"enable_torch_compile": [True], "torch_compile_max_bs": [8]},
+        {"op": "sgl_kernel::gptq_marlin_gemm", "class": "__torch__.torch.classes.sgl_kernel.ScalarType",
+         "argument": "b_q_type", "frame": "marlin_utils.py:490 in apply_gptq_marlin_linear", "model": "qwen2"}, []),
+    "recompile_grad_mode_moe_topk.log": (
+        "dynamo-recompile", "decode_capture",
+        {"default_max_bs": [16], "enable_torch_compile": [True], "torch_compile_max_bs": [16]},
+        {"guard": "GLOBAL_STATE changed: grad_mode", "guard kind": "global-state (grad_mode)",
+         "function": "grouped_topk_gpu", "frame": f"{SQL}/layers/moe/topk.py:1383 in grouped_topk_gpu",
+         "installed": "the file defines grouped_topk_gpu at line"}, []),
+    "recompile_global_flag.log": (
+        "dynamo-recompile", "prefill_pcg", {},
+        {"guard": "___check_obj_id(G['_expert_recording_enabled'], 9784864)",
+         "guard kind": "global (_expert_recording_enabled)", "function": "forward_normal", "model": "qwen3_moe"},
+        []),
+    "recompile_scalar_arg.log": (
+        "dynamo-recompile", "prefill_pcg", {},
+        {"guard": "L['num_fused_shared_experts'] == 1", "guard kind": "local (num_fused_shared_experts)",
+         "function": "biased_grouped_topk_impl", "architecture": "DeepseekV3ForCausalLM"}, []),
 }
 
 

@@ -13,6 +13,8 @@ from harness.targets import decode
 from harness.targets.decode import DecodeBatch, DecodeCase
 from suites.test_decode_capture import capture_and_check
 
+ABOUT = {"frame": r"\bpatch_model\b"}  # what repro may name this pin for (harness/known_findings.py): the frame
+
 CASES = {
     # Every size compiled: the NPU override must compile them with its own backend (npugraph_ex).
     "npu_compile_every_size": ("npu", DecodeCase(capture_bs=(1, 2, 4), max_running_requests=4,
