@@ -203,6 +203,9 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
     (("--disable-cuda-graph-padding",), "disable_padding", lambda v: [True]),
     (("--speculative-algorithm", "--speculative-algo"), "speculative_algorithm", lambda v: v[:1] or None),
     (("--tp", "--tp-size", "--tensor-parallel-size"), "tp_size", lambda v: [_number(v)] if _number(v) else None),
+    (("--dp", "--dp-size", "--data-parallel-size"), "dp_size", lambda v: [_number(v)] if _number(v) else None),
+    (("--enable-dp-attention",), "enable_dp_attention", lambda v: [True]),
+    (("--moe-dense-tp-size",), "moe_dense_tp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--enable-torch-compile",), "enable_torch_compile", lambda v: [True]),
     (("--torch-compile-max-bs",), "torch_compile_max_bs", lambda v: [_number(v)] if _number(v) else None),
     (("--chunked-prefill-size",), "chunked_prefill_size", lambda v: [_number(v)] if _number(v) else None),
@@ -210,7 +213,8 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
 )
 # Why a condition no strategy reads cannot narrow the search here, where there is more to say than that.
 UNMODELLED = {
-    "tp_size": "the harness runs one tensor-parallel rank (a world of 1)",
+    "tp_size": "a world's size is its test's (2 ranks in the gate, 4 in the nightly; the single-rank suites run "
+               "one): the layout flags (--dp, --enable-dp-attention, --moe-dense-tp-size) carry the world",
     "architecture": "the harness's tiny models stand in for every architecture",
     "chunked_prefill_size": "a bound on a batch's tokens, not a size the prefill strategies draw",
 }
@@ -366,7 +370,17 @@ WRONG_WORDS = "|".join((
     r"(outputs?|results?|answers?) (differ|are different)|\bNaN\b",
 ))
 NO_TRACEBACK = r"(?s:\A(?!.*Traceback \(most recent call last\)).*?(?i:" + WRONG_WORDS + r"))"
+# The ranks of a server ran different collectives: a size mismatch gloo or NCCL noticed, a collective that never
+# completed (NCCL's watchdog), or a DP replay without the per-rank counts its bucket is derived from.
+COLLECTIVE_MISMATCH = (r"collective mismatch|Received data size doesn't match|Watchdog caught collective operation "
+                       r"timeout|collective operation timeout|requires raw per-rank request counts|"
+                       r"does not belong to a DP gather")
+
 SIGNATURES = [
+    Signature("collective-mismatch", re.compile(COLLECTIVE_MISMATCH, re.I),
+              "the ranks of a server ran different collectives (a mismatch, or one that never completed: a rank "
+              "decided otherwise, padded to another bucket, or left)",
+              lambda t: "parallel_worlds", _graph_conditions, frozenset({"world-agreement", "world-rank"})),
     Signature("capture-stream-not-set", re.compile(r"capture stream is not set", re.I),
               "a piecewise graph tried to capture outside the capture session (a recompile at serve time)",
               lambda t: "prefill_pcg", _graph_conditions, frozenset({"capture-stream", "no-recompile"})),

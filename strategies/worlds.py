@@ -2,9 +2,10 @@
 iteration.
 
 `world_cases(ranks)` draws:
-- a world of `ranks` processes: plain tensor parallel; DP attention over every rank (one attention-TP rank per DP
-  rank) or over half of them (attention-TP width 2, four ranks); tensor parallel with `--moe-dense-tp-size 1`
-  (attention's input scattered over the attention-TP group: capture sizes aligned to it);
+- a world of `ranks` processes (`worlds`): plain tensor parallel or DP attention, over every rank (one
+  attention-TP rank per DP rank) or over half of them (attention-TP width 2, four ranks); with or without
+  `--moe-dense-tp-size 1` (without DP attention: attention's input scattered over the TP group, capture sizes
+  aligned to it); the family each world serves (`family_of`);
 - `--cuda-graph-bs` (sizes up to 8) and `--max-running-requests` (2 to 8: the request pool SGLang appends, aligned,
   when a requested size exceeds it, and the largest batch a rank may hold);
 - a program: first each attention-DP rank admits prompts or stays idle (at least one admits), then each iteration
@@ -15,16 +16,23 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from harness.conditions import narrow
 from harness.worlds.world import Admit, Decode, Finish, Idle, World, WorldCase
 
 VOCAB = 128
 WORLD_FAMILY = "qwen3"  # a dense class built for DP attention (harness.models.real.WORLD_FAMILIES)
 DENSE_TP_FAMILY = "mla"  # DeepSeek-V2: its dense layer honours --moe-dense-tp-size (a dense Qwen3 MLP does not)
-WORLDS = {
-    2: (World(tp=2), World(tp=2, dp=2, dp_attention=True), World(tp=2, moe_dense_tp=1)),
-    4: (World(tp=4), World(tp=4, dp=4, dp_attention=True), World(tp=4, dp=2, dp_attention=True),
-        World(tp=4, moe_dense_tp=1)),
-}
+
+
+@st.composite
+def worlds(draw, ranks: int):
+    """A world of `ranks` processes: with or without DP attention (over every rank, or over half: attention-TP width
+    2), with or without `--moe-dense-tp-size 1`; narrowed to a reported launch command's flags (repro)."""
+    attention = draw(narrow("enable_dp_attention", st.booleans(), domain=[False, True]), label="enable_dp_attention")
+    widths = [d for d in (2, 4) if d <= ranks]
+    dp = draw(narrow("dp_size", st.sampled_from(widths), domain=widths), label="dp_size") if attention else 1
+    dense = draw(narrow("moe_dense_tp_size", st.sampled_from([None, 1]), domain=[None, 1]), label="moe_dense_tp_size")
+    return World(tp=ranks, dp=dp, dp_attention=attention, moe_dense_tp=dense)
 
 
 def family_of(world: World) -> str:
@@ -70,7 +78,7 @@ def programs(draw, dp_ranks: int, capacity: int):
 
 @st.composite
 def world_cases(draw, ranks: int = 2):
-    world = draw(st.sampled_from(WORLDS[ranks]), label="world")
+    world = draw(worlds(ranks), label="world")
     capture = draw(st.lists(st.integers(1, 8), min_size=1, max_size=3, unique=True), label="capture_bs")
     capacity = draw(st.integers(2, 8), label="max_running_requests")
     program = draw(programs(world.dp_ranks, world.requests_per_rank(capacity)), label="program")

@@ -6,7 +6,8 @@ Checked (`harness/oracles/world_agreement.py`): each rank's placement, capture l
 decision and bucket against the world's arithmetic, the same on every rank; each replay against the same batch
 run eager (in the rank); every request's next-token logits against transformers' for its tokens. A rank that
 crashes or hangs fails the example with its rank and the world; a configuration SGLang refuses is held to the rule
-that predicts it."""
+that predicts it. Two-rank worlds in the gate; four-rank worlds (attention-TP width 2 under DP attention) in the
+nightly."""
 from __future__ import annotations
 
 import pytest
@@ -109,4 +110,31 @@ def run_case(case: WorldCase, reference, coverage=None, **launch):
 @hypothesis_example(case=TP_PAST_CAPTURE)
 @hypothesis_example(case=SCATTERED_ATTENTION)
 def test_two_rank_world_matches_its_arithmetic_and_transformers(case, layout, reference, coverage):
+    run_case(case, reference, coverage)
+
+
+def replay_case(drawn: dict) -> None:
+    """One recorded example without Hypothesis or pytest (repro scripts, pinned regressions)."""
+    from harness.models.real import transformers_reference
+
+    def reference(family: str):
+        folder, _ = transformers_reference.checkpoint(family)
+        return folder, lambda history: transformers_reference.logits(family, history)
+
+    run_case(WorldCase.from_drawn(drawn), reference)
+
+
+@pytest.fixture(scope="module")
+def beyond_the_gate():
+    """Four-rank worlds run in the nightly and repro profiles: four processes on the gate's two cores cost more than
+    the gate's budget."""
+    from hypothesis import settings
+
+    if settings.get_current_profile_name() == "gate":
+        pytest.skip("four-rank worlds run in the nightly profile (--profile nightly)")
+
+
+@given(case=world_cases(4))
+@suite_settings(1, shrink_in_gate=False)
+def test_four_rank_world_matches_its_arithmetic_and_transformers(case, beyond_the_gate, layout, reference, coverage):
     run_case(case, reference, coverage)

@@ -137,7 +137,7 @@ REPORTS = {
     "pcg_graph_break_logger.log": (
         "graph-break", "prefill_pcg", {"num_tokens": [4096]},
         {"reason": "Logger not supported for non-export cases", "site": f"{SQL}/models/qwen3_5.py:412 in forward"},
-        ["--tp-size 8 -> tp_size=[8]: ignored, the harness runs one tensor-parallel rank"]),
+        ["--tp-size 8 -> tp_size=[8]: ignored, a world's size is its test's"]),
     "pcg_graph_break_non_tensor.log": (
         "graph-break", "prefill_pcg", {},
         {"reason": "Unsupported: torch.* op returned non-Tensor",
@@ -196,7 +196,12 @@ REPORTS = {
         "compile-kwargs-rejected", "compile_kwargs",
         {"platform": ["oot"], "options": [{"epilogue_fusion": True, "max_autotune": False}], "backend": ["inductor"]},
         {}, []),
-    "out_of_scope_nccl_timeout.log": (None, None, None, {}, []),  # a hang, not a capture or compile failure
+    "out_of_scope_nccl_timeout.log": (  # a collective that never completed: ranks that ran different ones
+        "collective-mismatch", "parallel_worlds", {}, {}, ["--tp 4 -> tp_size=[4]: ignored, a world's size"]),
+    "dp_attention_collective_mismatch.log": (
+        "collective-mismatch", "parallel_worlds", {"dp_size": [2], "enable_dp_attention": [True]}, {},
+        ["--enable-dp-attention -> enable_dp_attention=[True]: narrows the search",
+         "--cuda-graph-max-bs 8 -> default_max_bs=[8]: ignored"]),
     # compile-time failures of model code (harness/repro_compile.py): narrowed to the frame, call, op or guard
     "untraceable_call_lock.log": (
         "untraceable-call", "decode_capture", {"default_max_bs": [8], "enable_torch_compile": [True]},

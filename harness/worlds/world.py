@@ -145,9 +145,30 @@ class WorldCase:
     program: tuple[tuple[Work, ...], ...]
 
     def drawn(self) -> dict:
+        """The case as a record's drawn values (`from_drawn` rebuilds it: repro scripts, pinned regressions)."""
         return {"world": dataclasses.asdict(self.world), "world_label": self.world.label(), "family": self.family,
                 "capture_bs": list(self.capture_bs), "max_running_requests": self.max_running_requests,
-                "program": [[describe(work) for work in row] for row in self.program]}
+                "program": [[_work_record(work) for work in row] for row in self.program]}
+
+    @classmethod
+    def from_drawn(cls, drawn: dict) -> WorldCase:
+        program = tuple(tuple(_work_of(work) for work in row) for row in drawn["program"])
+        return cls(World(**drawn["world"]), drawn["family"], tuple(drawn["capture_bs"]),
+                   drawn["max_running_requests"], program)
+
+
+def _work_record(work: Work) -> dict:
+    fields = {k: [list(p) for p in v] if k == "prompts" else list(v) for k, v in dataclasses.asdict(work).items()}
+    return {"work": type(work).__name__.lower(), **fields}
+
+
+def _work_of(record: dict) -> Work:
+    kind = {"admit": Admit, "decode": Decode, "finish": Finish, "idle": Idle}[record["work"]]
+    if kind is Admit:
+        return Admit(tuple(tuple(p) for p in record["prompts"]))
+    if kind is Finish:
+        return Finish(tuple(record["positions"]))
+    return kind()
 
 
 def describe(work: Work) -> str:

@@ -1,7 +1,8 @@
 """The parent side of a world: start one process per rank, collect their records, reap them all.
 
-`run_world(case)` starts the ranks (multiprocessing's spawn, one Pipe each, each rank's output in its own log
-file), then waits for every record within `timeout` seconds. Nothing is lost and nothing is left behind:
+`run_world(case)` starts the ranks (forked from multiprocessing's fork server, which imported torch and SGLang
+once; spawned for a mutant's scratch SGLang), one Pipe each and each rank's output in its own log file, then waits
+for every record within `timeout` seconds. Nothing is lost and nothing is left behind:
 - a rank that exits without a record crashed: `WorldOutcome.crashed` names it with its exit code and log tail;
 - a rank still running at the deadline hangs (a collective its peers never joined): each such rank is asked for
   its threads' stacks (SIGUSR1, written to its log) before it is killed, and `WorldOutcome.hung` names it;
@@ -27,6 +28,8 @@ from harness.worlds.world import WorldCase
 
 DEFAULT_TIMEOUT = 240.0  # seconds for a whole world: startup, capture and program
 GRACE = 15.0
+PRELOAD = "harness.targets.worlds.preload"
+START_VARIABLE = "HARNESS_WORLD_START"  # "spawn": every rank a fresh interpreter (the default forks a fork server)
 
 
 @dataclasses.dataclass
@@ -45,6 +48,16 @@ class WorldOutcome:
     @property
     def complete(self) -> bool:
         return not self.crashed and not self.hung
+
+
+def _start_method(sglang_root: str | None):
+    """How ranks start: forked from a fork server that imported torch and SGLang once (`preload`); a mutant's ranks,
+    which import another SGLang first, by spawn."""
+    if sglang_root is not None or os.environ.get(START_VARIABLE) == "spawn":
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([PRELOAD])
+    return context
 
 
 def _free_port() -> int:
@@ -73,7 +86,7 @@ def run_world(case: WorldCase, checkpoint: str, *, timeout: float = DEFAULT_TIME
     ranks import first (a mutant's scratch copy)."""
     started = time.monotonic()
     log_dir = log_dir or tempfile.mkdtemp(prefix="harness-world-")
-    context = multiprocessing.get_context("spawn")
+    context = _start_method(sglang_root)
     port, cpus = _free_port(), _cpus(case.world.ranks)
     processes, connections, logs, records = {}, {}, {}, {}
     try:
