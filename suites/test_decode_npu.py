@@ -51,18 +51,31 @@ def test_npu_replay_matches_eager_and_updates_graph(case, data, device, personal
                      checked=update_checked)
 
 
-@pytest.mark.parametrize("algorithm", ["EAGLE", "DFLASH"])
-def test_npu_padded_verify_without_host_mirror_updates_graph(algorithm, device, personality, layout):
-    """A TARGET_VERIFY batch of one request, padded to the captured 2, handed over without the host mirror of
-    seq_lens (as some workers do): EAGLE's graph update falls back to the device lengths plus the draft tokens, 0
-    for the padded request; DFLASH's takes the attention backend's list, its padded request at the fill value
-    plus the draft tokens; the output equals eager. Fixed examples, so the gate always reaches both."""
-    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4,
-                             spec=decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm=algorithm))
-    batch = decode.DecodeBatch(input_ids=[1, 2], positions=[5, 6], seq_lens=[9], forward_mode="TARGET_VERIFY",
-                               draft_visibility=[[[True, False], [True, True]]], host_seq_lens=False)
+PADDED = {  # (forward mode, speculative algorithm or None, host mirror of seq_lens): each update branch of the replay
+    "decode": ("DECODE", None, True), "decode-device-lens": ("DECODE", None, False),
+    "eagle-verify": ("TARGET_VERIFY", "EAGLE", True), "eagle-verify-device-lens": ("TARGET_VERIFY", "EAGLE", False),
+    "dflash-verify-device-lens": ("TARGET_VERIFY", "DFLASH", False),
+}
+
+
+@pytest.mark.parametrize("branch", sorted(PADDED))
+def test_npu_padded_batch_updates_graph(branch, device, personality, layout):
+    """A batch of one request padded to the captured 2, through each branch of NPUGraphRunner.execute's graph
+    update: DECODE and TARGET_VERIFY, with the host mirror of seq_lens and without it (as some workers hand a batch
+    over). DECODE's update carries the lengths, 0 for the padded request; EAGLE's verify adds the draft tokens;
+    DFLASH's takes the attention backend's list, its padded request at the fill value plus the draft tokens; the
+    output equals eager. Fixed examples, so the gate reaches every branch whatever the drawn test draws."""
+    mode, algorithm, mirror = PADDED[branch]
+    spec = algorithm and decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm=algorithm)
+    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4, spec=spec)
+    if mode == "DECODE":
+        batch = decode.DecodeBatch(input_ids=[1], positions=[5], seq_lens=[9], host_seq_lens=mirror)
+    else:
+        batch = decode.DecodeBatch(input_ids=[1, 2], positions=[5, 6], seq_lens=[9], forward_mode=mode,
+                                   draft_visibility=[[[True, False], [True, True]]], host_seq_lens=mirror)
     with example("decode_npu", personality=personality, **case.drawn()) as ex:
-        skip_without_speculative(layout, personality)
+        if spec:
+            skip_without_speculative(layout, personality)
         capture_and_check(case, lambda sizes: [batch], device, personality, layout, ex, checked=update_checked)
 
 

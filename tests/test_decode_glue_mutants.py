@@ -120,14 +120,14 @@ MUTANTS = {
         oracle="npu-graph-update",
         texts=["expected graph updates [[{'actual_seq_kvlen'"]),
     "npu_update_drops_padding": Mutant(
-        test=NPU_REPLAY,
+        test=f"{NPU}::test_npu_padded_batch_updates_graph[decode]",
         edits=[(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist() + [\n"
                             "                        0\n                    ] * (self.bs - self.raw_bs)\n",
                 "                    seq_lens = forward_batch.seq_lens_cpu[: self.raw_bs].tolist()\n")],
         oracle="npu-graph-update",
         texts=["batch of seq_lens", "expected graph updates"]),
     "npu_verify_update_without_draft_tokens": Mutant(
-        test=NPU_REPLAY,
+        test=f"{NPU}::test_npu_padded_batch_updates_graph[eagle-verify]",
         edits=[(NPU_RUNNER, "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n"
                             "                            + self.captured_req_width\n",
                 "                            forward_batch.seq_lens_cpu[: self.raw_bs]\n")],
@@ -145,19 +145,19 @@ MUTANTS = {
         oracle="npu-graph-update",
         texts=["expected graph updates []"]),
     "npu_device_lens_without_draft_tokens": Mutant(
-        test=f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[EAGLE]",
+        test=f"{NPU}::test_npu_padded_batch_updates_graph[eagle-verify-device-lens]",
         edits=[(NPU_RUNNER, "forward_batch.seq_lens.cpu() + self.captured_req_width", "forward_batch.seq_lens.cpu()")],
         oracle="npu-graph-update",
         texts=["TARGET_VERIFY batch", "host mirror: False"]),
     "npu_device_lens_decode_adds_draft_width": Mutant(
-        test=NPU_REPLAY,
+        test=f"{NPU}::test_npu_padded_batch_updates_graph[decode-device-lens]",
         edits=[(NPU_RUNNER, "                    seq_lens = forward_batch.seq_lens.cpu().tolist() + [0] * (\n",
                 "                    seq_lens = (forward_batch.seq_lens.cpu() + self.captured_req_width).tolist()"
                 " + [0] * (\n")],
         oracle="npu-graph-update",
         texts=["DECODE batch", "host mirror: False"]),
     "npu_dflash_list_ignored": Mutant(
-        test=f"{NPU}::test_npu_padded_verify_without_host_mirror_updates_graph[DFLASH]",
+        test=f"{NPU}::test_npu_padded_batch_updates_graph[dflash-verify-device-lens]",
         edits=[(NPU_RUNNER, '                    _meta_list = getattr(_meta, "seq_lens_cpu_list", None)\n',
 "                    _meta_list = None\n")],
         oracle="npu-graph-update",
