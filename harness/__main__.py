@@ -50,27 +50,22 @@ def campaign(options, extra: list[str]) -> int:
 
 
 def gate(options, extra: list[str]) -> int:
-    """Pre-merge gate: the gate profile of every suite against a source tree, imported ahead of the installed
-    SGLang (its pure-Python changes need no install); JUnit XML for the CI system; non-zero on any failure."""
+    """Pre-merge gate (harness/gate): the gate profile against a source tree, imported ahead of the installed SGLang
+    (its pure-Python changes need no install); JUnit XML for the CI system; non-zero on any failure."""
     from harness.errors import HarnessError
-    from harness.source_tree import source_root
+    from harness.gate import Request, run_gate
 
+    if options.no_behaviour_change and not options.base:
+        print("error: --no-behaviour-change compares with a base: give --base TREE", file=sys.stderr)
+        return 2
+    report_dir = Path(options.report_dir or f"reports/gate-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
-        root = source_root(options.tree)
+        return run_gate(Request(options.tree, options.device, report_dir, options.base, options.no_behaviour_change,
+                                Path(options.select) if options.select else None, options.rtol, options.suites,
+                                (f"--device={options.device}", *isolated(extra))))
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    report_dir = Path(options.report_dir or f"reports/gate-{time.strftime('%Y%m%d-%H%M%S')}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    import subprocess
-
-    command = [sys.executable, "-m", "pytest", "suites", "--profile=gate", f"--device={options.device}",
-               f"--report-dir={report_dir}", f"--junitxml={report_dir / 'junit.xml'}", "-q", "-rfEs", *isolated(extra)]
-    print(f"[harness] gate on {root / 'sglang'}: {' '.join(command[2:])}")
-    code = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
-    print(f"[harness] gate {'passed' if code == 0 else 'FAILED'} for {options.tree}; JUnit XML: "
-          f"{REPO_ROOT / report_dir / 'junit.xml'}")
-    return code
 
 
 SELFTEST_WORKERS = 4  # each worker, and the mutant runs it starts, holds torch and SGLang (about 2 GiB)
@@ -229,6 +224,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness") -> int:
     pre_merge.add_argument("tree", help="an SGLang checkout (the folder holding python/sglang)")
     pre_merge.add_argument("--device", default="cpu", choices=DEVICES)
     pre_merge.add_argument("--report-dir", default=None, help="default reports/gate-TIMESTAMP")
+    pre_merge.add_argument("--suites", nargs="+", default=["suites"], metavar="PATH",
+                           help="suite files, folders or test ids to run (default: all of suites/)")
+    pre_merge.add_argument("--base", default=None, metavar="TREE",
+                           help="the pull request's base checkout: run the same examples there and report every "
+                                "behaviour that differs (outputs, graphs, capture sizes, compiles, padded rows)")
+    pre_merge.add_argument("--no-behaviour-change", action="store_true",
+                           help="with --base: fail on any behaviour difference (for refactors)")
+    pre_merge.add_argument("--rtol", type=float, default=1e-4,
+                           help="relative tolerance of an output's difference under --base (default 1e-4)")
+    pre_merge.add_argument("--select", default=None, metavar="DIR",
+                           help="run only the tests whose recorded coverage executes a changed line: DIR holds the "
+                                "base's campaign line map (built there when missing); changed lines against --base, "
+                                "or against the installed SGLang")
     pre_merge.set_defaults(handler=gate)
     commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)
     commands.add_parser("targets", help="which targeted SGLang paths the installed release has").set_defaults(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.oracles import OracleFailure, capture_legality, stream_order
+from harness.oracles import OracleFailure, capture_legality, observed, stream_order
 
 
 @dataclasses.dataclass
@@ -108,6 +108,7 @@ class Example:
         self.suite = suite
         self.drawn = drawn
         self.notes: dict[str, Any] = {}
+        self.behaviour: dict[str, list] = {}  # what the oracles observed (`harness.oracles.observed`)
         self.verdict = "pass"
         self.reason = ""
         self.rule: str | None = None
@@ -175,7 +176,8 @@ def example(suite: str, **drawn):
     record = {"suite": suite, "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
               "drawn": jsonable(drawn)}
     try:
-        with _guarded(record), capture_legality.checking(ex), stream_order.checking(ex):
+        with _guarded(record), capture_legality.checking(ex), stream_order.checking(ex), \
+                observed.observing(ex.behaviour):
             yield ex
     except OracleFailure as failure:
         record.update(verdict="fail", oracle=failure.oracle, diagnosis=failure.diagnosis,
@@ -199,8 +201,9 @@ def example(suite: str, **drawn):
             record["expected_rule"] = ex.rule
     finally:
         if record:
-            record.update(notes=jsonable(ex.notes), seconds=round(time.perf_counter() - started, 4),
-                          final=_is_final_run(), ts=time.time(), **_sink.context)
+            record.update(notes=jsonable(ex.notes), behaviour=jsonable(ex.behaviour),
+                          seconds=round(time.perf_counter() - started, 4), final=_is_final_run(), ts=time.time(),
+                          **_sink.context)
             if "personality" in drawn:  # the one the example ran under (a suite may fix it, whatever the run's)
                 record["personality"] = drawn["personality"]
             write(record)

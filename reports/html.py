@@ -142,6 +142,19 @@ def expected_table(examples: list[dict]) -> str:
             "<th>share of the suite's examples</th></tr>" + "".join(rows) + "</table>")
 
 
+def behaviour_section(rows: list[dict], limit: int = 200) -> str:
+    """`gate --base`'s differences between the base and the pull request (behaviour.jsonl); none: nothing."""
+    if not rows:
+        return ""
+    def cell(value) -> str:
+        return f"<td class='l'>{html.escape(value if isinstance(value, str) else json.dumps(value))[:300]}</td>"
+
+    cells = "".join("<tr>" + "".join(cell(r[k]) for k in ("test", "drawn", "what", "base", "head")) + "</tr>"
+                    for r in rows[:limit])
+    return (f"<h2 class='fail'>Behaviour: {len(rows)} difference(s) from the base</h2><table><tr><th>test</th>"
+            f"<th>drawn</th><th>what</th><th>base</th><th>head</th></tr>{cells}</table>")
+
+
 def render(report_dir: Path, run_id: str) -> Path | None:
     examples = load(report_dir, "examples", run_id)
     failures = load(report_dir, "failures", run_id)
@@ -174,6 +187,7 @@ def render(report_dir: Path, run_id: str) -> Path | None:
                    + f"<td>{sum(r.get('seconds', 0) for r in rows):.1f}</td><td class='l'>{html.escape(cov_text)}</td></tr>")
     out.append("</table>")
     out.append(expected_table(examples))
+    out.append(behaviour_section(load(report_dir, "behaviour")))
     for suite, rows in sorted(by_suite.items()):
         out.append(f"<h2>What {html.escape(suite)} explored</h2><div class='pic'>{picture(suite, rows)}</div>")
     out.append(mutants_section(load(report_dir, "mutants")))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from harness.counter import counter
 from harness.models.decode_model import LORA_SCALES, expected_output
-from harness.oracles import OracleFailure
+from harness.oracles import OracleFailure, observed
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.graph_replay import check_graph_forward, replay_delta
 from harness.oracles.patch_contract import expected_sizes
@@ -110,6 +110,7 @@ def check_padding_promises(target, batch, index: int) -> None:
     for name, value in promised.items():
         start, stop = (batch.batch_size, padded) if name in REQUEST_INPUTS else tokens
         rows = target.static_buffer(name)[start:stop].tolist()
+        observed.observe("padded_rows", {name: rows})
         if any(v != value for v in rows):
             raise OracleFailure("eager-equality", f"replay {index}: padded rows {start}..{stop - 1} of `{name}` hold "
                                 f"{rows}, SGLang's padding policy promises {value} (batch of {batch.batch_size} "

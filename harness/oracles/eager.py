@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
-from harness.oracles import OracleFailure
+from harness.oracles import OracleFailure, observed
 
 ORACLE = "eager-equality"
 
@@ -100,6 +100,7 @@ def _compare_tensor(path, actual, expected, reference, exact, multiplier) -> Non
 def assert_matches_eager(actual: Any, expected: Any, *, fp64_reference: Any = None, exact: bool = False,
                          multiplier: float = 3.0) -> None:
     """Raise `OracleFailure("eager-equality")` unless `actual` equals eager's `expected`, leaf by leaf."""
+    observed.observe("outputs", actual)
     actual_leaves = list(_leaves(actual))
     expected_leaves = list(_leaves(expected))
     reference_leaves = list(_leaves(fp64_reference)) if fp64_reference is not None else [(None, None)] * len(
