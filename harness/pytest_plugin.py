@@ -27,6 +27,9 @@ EXAMPLE_DB = "--example-db"
 SGLANG_COVERAGE = "--sglang-coverage"
 EXAMPLE_TIMEOUT = "--example-timeout"
 REPLAY_BLOB = "--replay-blob"
+TORCH_TRACE = "--torch-trace"
+ABLATE = "--ablate"
+EVIDENCE_LIMIT = "--evidence-limit"
 SEED_VARIABLE = "HARNESS_SEED"  # the run's seed when --hypothesis-seed is not given
 WORKER_INPUT = "harness"  # the key of the run-wide values in xdist's workerinput
 
@@ -41,6 +44,7 @@ class Run:
     controller: bool = False  # the xdist controller, whose workers drive SGLang
     coverage: Any = None  # an SGLangCoverage with --sglang-coverage
     reproductions: dict[str, str] = dataclasses.field(default_factory=dict)  # nodeid -> its @reproduce_failure
+    settings: Any = None  # the MonkeyPatch holding an ablation's settings (harness.evidence.settings)
 
 
 RUN = pytest.StashKey[Run]()
@@ -69,6 +73,14 @@ def pytest_addoption(parser):
                          "(under -n, xdist replaces the worker and the run goes on; 0: no limit; default 600)")
     group.addoption(REPLAY_BLOB, default=None,
                     help="replay exactly one example: the b'...' text of a failure's @reproduce_failure")
+    group.addoption(TORCH_TRACE, default=None, metavar="DIR",
+                    help="after the run, re-run each failing example under TORCH_TRACE into DIR and render it with "
+                         "tlparse (the failure's evidence links the trace and its index.html)")
+    group.addoption(ABLATE, action="store_true",
+                    help="after the run, re-run each failing example with compile off, the graphs re-run and each "
+                         "compile backend, and name the smallest setting that still fails")
+    group.addoption(EVIDENCE_LIMIT, type=int, default=3,
+                    help="how many failing tests --torch-trace and --ablate gather evidence for (default 3)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -89,7 +101,26 @@ def pytest_configure(config):
     profiles.activate(config.getoption(PROFILE), database)
     if not getattr(config.option, "xmlpath", None):
         config.option.xmlpath = str(report_dir / "junit.xml")
-    config.stash[RUN] = Run(report_dir, config.getoption(EXAMPLE_TIMEOUT))
+    config.stash[RUN] = run = Run(report_dir, config.getoption(EXAMPLE_TIMEOUT))
+    run.settings = _ablation_settings(config)
+
+
+def _ablation_settings(config):
+    """An ablation re-run's settings, from the environment (harness.evidence.settings); a --torch-trace folder that
+    cannot be written refused before anything runs."""
+    from harness.errors import HarnessError
+    from harness.evidence import settings
+    from harness.evidence.trace import writable
+
+    patch = pytest.MonkeyPatch()
+    try:
+        if config.getoption(TORCH_TRACE):
+            writable(Path(config.getoption(TORCH_TRACE)))
+        applied = settings.apply(patch)
+    except HarnessError as error:
+        raise pytest.UsageError(str(error)) from None
+    config.add_cleanup(patch.undo)
+    return applied
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -116,7 +147,7 @@ def pytest_sessionstart(session):
                    "device": device, "personality": config.getoption(PERSONALITY),
                    "profile": config.getoption(PROFILE), "seed": _seed(config, inherited.get("seed")),
                    **versions(), "sgl_kernel": sgl_kernel, "stream_order": stream_order_state(device),
-                   "gc": collections}
+                   "gc": collections, **({"ablation": run.settings} if run.settings else {})}
     record.configure(run.report_dir, run.context, run.example_timeout, run.worker)
     if config.getoption(SGLANG_COVERAGE):
         from harness.sglang_coverage import SGLangCoverage
@@ -390,8 +421,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     from reports.html import render
     from reports.summary import summarise
 
+    _gather_evidence(terminalreporter, config, run)
     text = summarise(run.report_dir, run.context["run_id"])
     if text:
         terminalreporter.write_sep("=", "harness summary")
         terminalreporter.write_line(text)
         terminalreporter.write_line(f"report: {render(run.report_dir, run.context['run_id'])}")
+
+
+def _gather_evidence(terminalreporter, config, run: Run) -> None:
+    """--torch-trace / --ablate: evidence for the run's first failing tests, in evidence.jsonl and printed."""
+    trace_dir, ablate, limit = config.getoption(TORCH_TRACE), config.getoption(ABLATE), config.getoption(EVIDENCE_LIMIT)
+    if not (trace_dir or ablate):
+        return
+    from harness.evidence.gather import gather
+
+    terminalreporter.write_sep("=", "harness evidence")
+    for row in gather(run.report_dir, run.context["run_id"], Path(trace_dir) if trace_dir else None, ablate, limit):
+        terminalreporter.write_line(f"{row['test']}:")
+        for line in row["lines"]:
+            terminalreporter.write_line(f"    {line}")

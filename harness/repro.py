@@ -36,6 +36,7 @@ from collections.abc import Callable
 from harness import known_findings, registry, repro_compile
 from harness.errors import HarnessError
 from harness.mutants import REPO_ROOT, run_pytest
+from harness.evidence.trace import script_prologue
 
 RECORD_FORMAT = 1
 MAX_BYTES = 20 * 1024 * 1024
@@ -568,8 +569,9 @@ SCRIPT = '''#!/usr/bin/env python
 
 Found by `python -m harness repro` on SGLang {sglang}, torch {torch}. Run it with the harness environment's
 Python: .venv/bin/python {name}. Exit 1 and the oracle's message when it reproduces, 0 when it does not.
+`--torch-trace DIR`: under TORCH_TRACE (DIR/raw), rendered by tlparse into DIR/tlparse/index.html.
 """
-import sys
+{prologue}import sys
 
 sys.path.insert(0, {root!r})
 from harness.compat import prepare_torchvision  # noqa: E402
@@ -608,7 +610,7 @@ def write_outputs(record: dict, suite: str, out: Path) -> tuple[Path, Path]:
                   .replace("false", "False"), root=str(REPO_ROOT))
     out.mkdir(parents=True, exist_ok=True)
     script = out / f"repro_{name}.py"
-    script.write_text(SCRIPT.format(name=script.name, **fields))
+    script.write_text(SCRIPT.format(name=script.name, prologue=script_prologue(str(REPO_ROOT)), **fields))
     regression = REPO_ROOT / "suites" / "regressions" / f"test_{name}.py"
     regression.write_text(REGRESSION.format(name=name, **fields))
     return script, regression

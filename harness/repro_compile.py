@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 
 from harness.mutants import REPO_ROOT
+from harness.evidence.trace import script_prologue
 from harness.versions import _dist_version, sglang_version
 
 FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([\w<>.]+)')
@@ -273,7 +274,9 @@ def _header(summary: str, details: str, exits: str) -> str:
     body = " ".join(part for part in (origin, _doc(details), "Run it with the harness environment's Python.", exits)
                     if part)
     fill = dict(width=116, break_on_hyphens=False, break_long_words=False)
-    return f'#!/usr/bin/env python\n"""{textwrap.fill(_doc(summary), **fill)}\n\n{textwrap.fill(body, **fill)}\n"""\n'
+    trace = "`--torch-trace DIR`: under TORCH_TRACE, rendered by tlparse into DIR/tlparse/index.html."
+    return (f'#!/usr/bin/env python\n"""{textwrap.fill(_doc(summary), **fill)}\n\n{textwrap.fill(body, **fill)}\n'
+            f'{trace}\n"""\n{script_prologue(str(REPO_ROOT))}')
 
 
 SGLANG_IMPORTS = f'''sys.path.insert(0, {str(REPO_ROOT)!r})

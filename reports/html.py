@@ -155,6 +155,23 @@ def behaviour_section(rows: list[dict], limit: int = 200) -> str:
             f"<th>drawn</th><th>what</th><th>base</th><th>head</th></tr>{cells}</table>")
 
 
+def evidence_html(row: dict) -> str:
+    """A failure's evidence (--torch-trace, --ablate): links to the trace and its tlparse index, the ablation."""
+    out = []
+    if row.get("trace"):
+        index = row.get("trace_index")
+        link = f"<a href='file://{html.escape(index)}'>tlparse index</a>, " if index else ""
+        out.append(f"<p>trace: {link}raw logs in <code>{html.escape(row['trace'])}</code>"
+                   f"{' (' + html.escape(row['trace_note']) + ')' if row.get('trace_note') else ''}</p>")
+    if row.get("ablation"):
+        cells = "".join(f"<tr><td class='l'>{html.escape(a['setting'])}</td><td>{html.escape(a['verdict'])}</td>"
+                        f"<td class='l'>{html.escape(a['oracle'])}</td><td>{a['seconds']}</td></tr>"
+                        for a in row["ablation"])
+        out.append(f"<p>ablation: {html.escape(row['ablation_says'])}</p><table><tr><th>setting</th><th>verdict</th>"
+                   f"<th>oracle</th><th>seconds</th></tr>{cells}</table>")
+    return "".join(out)
+
+
 def render(report_dir: Path, run_id: str) -> Path | None:
     examples = load(report_dir, "examples", run_id)
     failures = load(report_dir, "failures", run_id)
@@ -191,6 +208,9 @@ def render(report_dir: Path, run_id: str) -> Path | None:
     for suite, rows in sorted(by_suite.items()):
         out.append(f"<h2>What {html.escape(suite)} explored</h2><div class='pic'>{picture(suite, rows)}</div>")
     out.append(mutants_section(load(report_dir, "mutants")))
+    evidence = collections.defaultdict(list)
+    for row in load(report_dir, "evidence", run_id):
+        evidence[row["test"]].append(row)
     if failures:
         out.append("<h2>Failures</h2>")
     for row in failures:
@@ -199,6 +219,7 @@ def render(report_dir: Path, run_id: str) -> Path | None:
                    f"{html.escape(json.dumps(row.get('drawn'), indent=1))}</pre><p>details:</p><pre>"
                    f"{html.escape(json.dumps(row.get('details'), indent=1, default=str))}</pre><p>replay:</p>"
                    f"<pre>{html.escape(row['replay'])}</pre>")
+        out.extend(evidence_html(row) for row in evidence.get(row["test"], []))
     out.append("</body></html>")
     path = Path(report_dir) / "report.html"
     path.write_text("".join(out), encoding="utf-8")
