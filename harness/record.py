@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.oracles import OracleFailure, capture_legality, observed, stream_order
+from harness.oracles import OracleFailure, batch_consistency, capture_legality, observed, stream_order
 
 
 @dataclasses.dataclass
@@ -177,7 +177,7 @@ def example(suite: str, **drawn):
               "drawn": jsonable(drawn)}
     try:
         with _guarded(record), capture_legality.checking(ex), stream_order.checking(ex), \
-                observed.observing(ex.behaviour):
+                batch_consistency.checking(ex), observed.observing(ex.behaviour):
             yield ex
     except OracleFailure as failure:
         record.update(verdict="fail", oracle=failure.oracle, diagnosis=failure.diagnosis,

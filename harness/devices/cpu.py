@@ -84,8 +84,8 @@ import harness.devices.streams as streams
 
 __all__ = [
     "VirtualGraph", "VirtualPoolHandle", "graph", "graph_pool_handle", "is_current_stream_capturing",
-    "weak_ref_tensor", "weak_ref_tensors", "capture_mode", "CAPTURES", "CaptureRecord", "reset_log", "install",
-    "installed", "GraphCaptureError", "record_launch",
+    "weak_ref_tensor", "weak_ref_tensors", "capture_mode", "replaying", "CAPTURES", "CaptureRecord", "reset_log",
+    "install", "installed", "GraphCaptureError", "record_launch",
 ]
 
 MODES = ("record", "rerun")
@@ -123,6 +123,15 @@ def capture_mode(mode: str) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patches:
         patches.setattr(_device, "capture_mode", mode)
         yield
+
+
+_REPLAYING: list = []  # the rerun-mode graphs whose captured block is running again now (innermost last)
+
+
+def replaying() -> bool:
+    """Whether a rerun-mode replay is re-running its captured block now: the Python there sees the capture's frozen
+    host values beside the live buffers, as a CUDA graph's kernels would (checks of the hand-offs skip it)."""
+    return bool(_REPLAYING)
 
 
 def current_capture_mode() -> str:
@@ -375,7 +384,11 @@ class VirtualGraph:
         else:
             code, globals_, snapshot, assigned = self._rerun
             namespace = dict(snapshot)
-            exec(code, globals_, namespace)  # noqa: S102 - re-running captured source is the point of this mode
+            _REPLAYING.append(self)
+            try:
+                exec(code, globals_, namespace)  # noqa: S102 - re-running captured source is the point of this mode
+            finally:
+                _REPLAYING.pop()
             for name in assigned:
                 old, new = _tensor_leaves(snapshot.get(name)), _tensor_leaves(namespace.get(name))
                 if len(old) != len(new):

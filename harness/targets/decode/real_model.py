@@ -450,7 +450,9 @@ def check_eager_against_reference(target: RealModelTarget, batch, eager: torch.T
         return  # a finding (test_findings_deterministic_verify_misreads_window): held to replay only
     fb = target.forward_batch(batch)
     fb.extend_prefix_lens, fb.extend_seq_lens = fb.seq_lens, torch.full_like(fb.seq_lens, drafts)
-    fb.seq_lens = fb.seq_lens + drafts
+    fb.seq_lens = fb.seq_lens + drafts  # the mirror and the sum with it (`batch_consistency`)
+    fb.seq_lens_cpu = None if fb.seq_lens_cpu is None else fb.seq_lens_cpu + drafts
+    fb.seq_lens_sum = int(fb.seq_lens.sum())
     reference = target.run_eager(fb, backend).next_token_logits
     eager_matches_reference(eager, reference, f"{where}, its draft chain as an extend")
 
