@@ -10,6 +10,9 @@ Why this route and not `TRITON_INTERPRET=1`: that switch acts when `@triton.jit`
 SGLang's kernel modules, process-wide and for every suite of a pytest worker; this one is scoped to a `with` block
 (a `pytest.MonkeyPatch`) and to the modules named, and it gives each launch one place to be recorded.
 
+Each launch is opaque to Dynamo (`torch._dynamo.disable`): a compiled region of a real model (`--enable-torch-compile`)
+calls it as a graph break instead of tracing Triton's interpreter, which Dynamo cannot (`_patch_attr.<lambda>`).
+
 Inside a record-mode capture each launch goes through `harness.devices.cpu.record_launch`: the kernel, its grid
 and its arguments (tensors by identity, scalars baked in) are kept and launched again, in order with the recorded
 aten ops, at every replay, as a CUDA graph replays its kernels.
@@ -119,15 +122,7 @@ class InterpretedKernel:
         self.constants = _wrapper_constants(kernel)
 
     def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            from harness.devices import cpu
-
-            merged = {**self.constants, **kwargs}
-            for key in list(self.constants):
-                if key in kwargs:
-                    merged[key] = kwargs[key]
-            return cpu.record_launch(self.name, lambda: self._run(grid, args, merged))
-        return launch
+        return functools.partial(_launch, self, grid)
 
     def _run(self, grid, args, kwargs):
         LAUNCHES.append(self.name)
@@ -142,6 +137,27 @@ class InterpretedKernel:
 
     def __repr__(self) -> str:
         return f"InterpretedKernel({self.name})"
+
+
+def _opaque_to_dynamo(fn):
+    """`fn` marked opaque to Dynamo (`torch._dynamo.disable`): a compiled region calls it as a graph break. Dynamo
+    cannot trace Triton's interpreter (`_patch_attr.<lambda>`); on a GPU the kernel is a real Triton launch, which
+    Dynamo wraps natively, so this break is the device's, not SGLang's (`harness.oracles.graph_break.DEVICE_BREAKS`)."""
+    import torch
+
+    return torch._dynamo.disable(fn, reason="a Triton kernel run by Triton's CPU interpreter (the virtual device)")
+
+
+@_opaque_to_dynamo
+def _launch(kernel: InterpretedKernel, grid, *args, **kwargs):
+    """One launch of `kernel` on `grid`, as SGLang launches it (`kernel[grid](*args, **kwargs)`)."""
+    from harness.devices import cpu
+
+    merged = {**kernel.constants, **kwargs}
+    for key in list(kernel.constants):
+        if key in kwargs:
+            merged[key] = kwargs[key]
+    return cpu.record_launch(kernel.name, lambda: kernel._run(grid, args, merged))
 
 
 def _wrapper_constants(kernel: Any) -> dict:

@@ -76,8 +76,9 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
     Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
            "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
     Oracle("graph-break", "where SGLang compiles with `fullgraph=True` Dynamo traces the body whole; a break is "
-           "reported with Dynamo's reason and the user-code site", "harness/oracles/graph_break.py",
-           ("test_graph_break.py", "test_repro.py")),
+           "reported with Dynamo's reason and the user-code site; a real model's compiled forward breaks only where "
+           "SGLang declares it", "harness/oracles/graph_break.py",
+           ("test_graph_break.py", "test_repro.py", "test_real_compile_mutants.py")),
     Oracle("graph-replay", "the capture made the graphs the case implies and each forward replays exactly those",
            "harness/oracles/graph_replay.py",
            ("test_decode_mutants.py", "test_prefill_mutants.py", "test_decode_glue_mutants.py")),
