@@ -697,10 +697,6 @@ def observe_context_manager(fn: Callable, name: str, hooks: Any, sink: list,
                 entry.calls.append("capture" if capturing() else "eager")
                 return forward(*a, **k)
 
-            # the harness's frame, never Dynamo's to trace (the device's capture query takes a lock); the compiled
-            # forward it calls is still compiled (recursive=False)
-            forward_call = torch._dynamo.disable(forward_call, recursive=False)
-
             hooks.record(name, (model, bool(enable_compile)), {"num_tokens": num_tokens}, forward)
             sink.append(entry)
             yield hooks.wrap(f"{name}:forward", forward_call)
