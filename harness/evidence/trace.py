@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness import errors
 from harness.evidence.rerun import rerun
 
 
@@ -36,14 +36,7 @@ if "--torch-trace" in _sys.argv[:-1]:  # TORCH_TRACE into DIR/raw, rendered by t
 
 def writable(folder: Path) -> Path:
     """`folder`, created; a one-line error when it cannot be written."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".write-check"
-        probe.touch()
-        probe.unlink()
-    except OSError as error:
-        raise HarnessError(f"--torch-trace {folder}: the folder cannot be written ({error.strerror})") from None
-    return folder
+    return errors.writable(folder, "the --torch-trace folder")
 
 
 def tlparse() -> str | None:

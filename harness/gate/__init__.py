@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import writable
 from harness.mutants import REPO_ROOT
 from harness.source_tree import source_root
 
@@ -38,13 +38,7 @@ def _run(root: Path, args: list[str], report_dir: Path, extra: tuple[str, ...]) 
 
 
 def _writable(report_dir: Path) -> Path:
-    try:
-        report_dir.mkdir(parents=True, exist_ok=True)
-        (report_dir / ".write-check").touch()
-        (report_dir / ".write-check").unlink()
-    except OSError as error:
-        raise HarnessError(f"the report folder {report_dir} cannot be written ({error.strerror})") from None
-    return report_dir
+    return writable(report_dir, "the report folder")
 
 
 def _selection(request: Request, head: Path) -> list[str]:
