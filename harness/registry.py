@@ -73,6 +73,7 @@ SUITES: tuple[Suite, ...] = (
                  "decode_dllm_refusal": None,
                  "decode_findings": None,
                  "decode_npu": Picture("batch size", "forward mode", note="replayed"), "decode_npu_contract": None,
+                 "decode_npu_draft": Picture("batch size", "forward mode", note="replayed"),
                  "decode_switches": Picture("batch size", "forward mode", note="replayed")},
         coverage=("srt/model_executor/runner/decode_cuda_graph_runner.py",
                   "srt/model_executor/runner/base_cuda_graph_runner.py",
@@ -82,7 +83,9 @@ SUITES: tuple[Suite, ...] = (
         # Reached only under the NPU personality (suites/test_decode_npu.py in every run, or --personality npu):
         # SGLang's own NPU runner and backend on the virtual device.
         personality_coverage={"npu": ("srt/hardware_backend/npu/graph_runner/npu_graph_runner.py",
-                                      "srt/hardware_backend/npu/graph_runner/npu_cudagraph_backend.py")},
+                                      "srt/hardware_backend/npu/graph_runner/npu_cudagraph_backend.py",
+                                      "srt/hardware_backend/npu/graph_runner/eagle_draft_npu_graph_runner.py",
+                                      "srt/hardware_backend/npu/graph_runner/eagle_draft_extend_npu_graph_runner.py")},
     ),
     Suite(
         name="prefill_pcg",

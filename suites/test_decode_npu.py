@@ -5,7 +5,7 @@ profiling through the `torch_npu.profiler` stand-in) on the virtual device, so o
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example as hypothesis_example, given, strategies as st
 
 from harness.oracles.capture_profile import check_capture_profile
 from harness.oracles.npu_graph_update import check_npu_graph_update, graph_updates
@@ -13,8 +13,10 @@ from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets import decode
 from harness.targets.decode.planned import KINDS
+from harness.targets.decode.switches import RunnerSwitches
 from strategies.capture import decode_cases
 from strategies.switches import npu_batches, npu_cases
+from suites.real_common import GATE_EXPLICIT_ONLY, PADDED_DRAFT, draft_examples, draft_to_drawn, run_draft
 from suites.decode_common import (
     PLANNED_AHEAD_THEN_STALE_MARK, capture_and_check, drawn_batches, drawn_kinds, mrope_case,
     npu_dflash_preplanned_verify, run_dllm, run_switched, skip_without_speculative,
@@ -26,6 +28,17 @@ def personality(device_name):
     if device_name != "cpu":
         pytest.skip(f"SGLang's NPU runner runs here only on the cpu virtual device (this run: --device {device_name})")
     return "npu"
+
+
+@pytest.fixture(scope="module")
+def device(device):
+    """The conftest's device under the npu personality, this thread on the second virtual NPU (a server's rank 1):
+    a graph-update worker left on NPU 0 is then visible (`npu-graph-update`)."""
+    import torch
+
+    torch.npu.set_device(1)
+    yield device
+    torch.npu.set_device(0)
 
 
 def update_checked(target, replay):
@@ -51,10 +64,13 @@ def test_npu_replay_matches_eager_and_updates_graph(case, data, device, personal
                      checked=update_checked)
 
 
-PADDED = {  # (forward mode, speculative algorithm or None, host mirror of seq_lens): each update branch of the replay
+PADDED = {  # (forward mode, speculative algorithm or None, host mirror of seq_lens[, architecture]): each update
+    # branch of the replay, and each architecture's (the v2 name; DeepSeek V4's none)
     "decode": ("DECODE", None, True), "decode-device-lens": ("DECODE", None, False),
     "eagle-verify": ("TARGET_VERIFY", "EAGLE", True), "eagle-verify-device-lens": ("TARGET_VERIFY", "EAGLE", False),
     "dflash-verify-device-lens": ("TARGET_VERIFY", "DFLASH", False),
+    "decode-v2-name": ("DECODE", None, True, "MiMoV2ForCausalLM"),
+    "decode-deepseek-v4": ("DECODE", None, True, "DeepseekV4ForCausalLM"),
 }
 
 
@@ -63,11 +79,12 @@ def test_npu_padded_batch_updates_graph(branch, device, personality, layout):
     """A batch of one request padded to the captured 2, through each branch of NPUGraphRunner.execute's graph
     update: DECODE and TARGET_VERIFY, with the host mirror of seq_lens and without it (as some workers hand a batch
     over). DECODE's update carries the lengths, 0 for the padded request; EAGLE's verify adds the draft tokens;
-    DFLASH's takes the attention backend's list, its padded request at the fill value plus the draft tokens; the
-    output equals eager. Fixed examples, so the gate reaches every branch whatever the drawn test draws."""
-    mode, algorithm, mirror = PADDED[branch]
+    DFLASH's takes the attention backend's list, its padded request at the fill value plus the draft tokens; a v2
+    architecture's goes under its own name, DeepSeek V4's graph is not updated; the output equals eager. Fixed examples, so the gate reaches every branch whatever the drawn test draws."""
+    mode, algorithm, mirror, *architecture = PADDED[branch]
     spec = algorithm and decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm=algorithm)
-    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4, spec=spec)
+    switches = RunnerSwitches(architecture=architecture[0]) if architecture else RunnerSwitches()
+    case = decode.DecodeCase(capture_bs=(2,), max_running_requests=4, spec=spec, switches=switches)
     if mode == "DECODE":
         batch = decode.DecodeBatch(input_ids=[1], positions=[5], seq_lens=[9], host_seq_lens=mirror)
     else:
@@ -135,3 +152,24 @@ def test_npu_standin_matches_the_real_torch_npu():
 def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layout):
     """The decode suite's finding (`suites/test_decode_capture.py`), here under the npu personality."""
     npu_dflash_preplanned_verify(device, personality, layout)
+
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PADDED_DRAFT)
+@given(drawn=draft_examples())
+def test_npu_eagle_draft_replays_match_eager_and_update_graphs(drawn, device, personality):
+    """The EAGLE draft worker's NPU graphs: SGLang's `EAGLEDraftNpuGraphRunner` and `EAGLEDraftExtendNpuGraphRunner`
+    (what `EagleDraftWorker._capture_cuda_graphs` picks on an NPU) capture through the platform's
+    `NPUCudaGraphBackend`; every replay against eager as on CUDA (`run_draft`), and the host-side KV lengths each
+    replay rebinds its graph with (`npu-graph-update`): per draft step that attends, each request's prefix plus the
+    draft tokens the step reads, each padded request 0; per draft extend, each request's length past its window."""
+    from harness.targets.decode.eagle_draft import draft_missing
+
+    case, groups, tile = drawn
+    with example("decode_npu_draft", personality=personality, family="eagle",
+                 **draft_to_drawn(case, groups, tile)) as ex:
+        reason = draft_missing(personality)
+        if reason:
+            pytest.skip(reason)
+        run_draft(ex, case, groups, split_tile=tile, personality=personality)

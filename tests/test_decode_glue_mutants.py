@@ -113,7 +113,7 @@ MUTANTS = {
         oracle="replay-log",
         texts=["0 replay line(s)"]),
     "npu_v2_update_under_v1_name": Mutant(
-        test=NPU_REPLAY,
+        test=f"{NPU}::test_npu_padded_batch_updates_graph[decode-v2-name]",
         edits=[(NPU_RUNNER, '        if self._uses_v2_seq_len_update():\n'
                             '            return self.attr_name["TARGET_VERIFY"]\n',
                 '        if False:\n            return self.attr_name["TARGET_VERIFY"]\n')],
@@ -140,7 +140,7 @@ MUTANTS = {
         oracle="capture-profile",
         texts=["the NPU runner's capture profile: expected one trace"]),
     "npu_v4_graph_updated": Mutant(
-        test=NPU_REPLAY,
+        test=f"{NPU}::test_npu_padded_batch_updates_graph[decode-deepseek-v4]",
         edits=[(NPU_RUNNER, "            or is_deepseek_v4(self.model_runner.model_config.hf_config)\n", "")],
         oracle="npu-graph-update",
         texts=["expected graph updates []"]),

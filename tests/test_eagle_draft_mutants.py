@@ -20,6 +20,18 @@ worker, its multi-step backend or its runner: only this target can see them.
   spreads the requests' split counts over their branches with `repeat` instead of `repeat_interleave` (branch k of
   request r gets another request's count). Graph and eager run the same counts, so the trees agree; the split check
   (`batch-invariance`) names the counts against ceil(seq_len / tile) per branch.
+- npu_draft_step_lengths_one_short (NPU personality): `EAGLEDraftNpuGraphRunner._replay_graph` rebinds step i's
+  host-side KV lengths as seq_len + i instead of seq_len + i + 1: the virtual device's graph, whose static buffers
+  carry the lengths, replays equal to eager; `npu-graph-update` names the step and the request whose length is off.
+- npu_draft_padding_lengths_from_the_mirror (NPU personality): the same method takes the padded host mirror
+  (`seq_lens_cpu[:bs]`, its padded rows at the fill value) instead of the real requests before padding with 0s:
+  the update lists more lengths than the graph has requests; `npu-graph-update` names the step counts.
+- npu_extend_padding_dropped (NPU personality): `EAGLEDraftExtendNpuGraphRunner._replay_graph` no longer pads its
+  update with a 0 per padded request: the padded rows keep the last batch's lengths on an NPU;
+  `npu-graph-update` names the replay padded to 3.
+- npu_update_worker_on_device_0 (NPU personality, the runner on NPU 1): `NPUCudaGraphBackend.__init__` no longer
+  binds its graph-update worker thread to the runner's device (`initializer=None`): each update is made from NPU 0;
+  `npu-graph-update` names the graph's NPU and the worker's.
 - eager_draft_rails_one_step_short: `TritonMultiStepDraftBackend.common_template` slices each step's
   `kv_indices` for one step fewer (`draft_kv_indices_used_len(..., i)`), which only the eager path reads (the graph
   reads its static buffer whole): `draft-rails` names the eager backend's indices of the branch cut short.
@@ -48,20 +60,37 @@ BATCHES = [DraftBatch([5, 14, 2], [3, 1, 7], [[4, 7], [1, 2], [5, 6]], [[0.6, 0.
            DraftExtendBatch([9, 6], [7, 2], [[21, 22, 23, 24, 25], [26, 27, 28, 29, 30]], [3, 1], 6)]
 
 
-@pytest.fixture
-def device():
+def _installed(personality: str):
     from harness.targets.decode.real_model import load
 
     load()
-    reason = draft_missing()
+    reason = draft_missing(personality)
     if reason:
         pytest.skip(reason)
-    with get_device("cpu").install("cuda"):
+    return get_device("cpu").install(personality)
+
+
+@pytest.fixture
+def device():
+    with _installed("cuda"):
         yield
 
 
-def run_case(split_tile: int | None = None) -> None:
-    target = EagleDraftTarget(CASE, split_tile=split_tile)
+@pytest.fixture
+def npu_device():
+    """Under the npu personality, on the second virtual NPU (where a worker left on NPU 0 is visible)."""
+    import torch
+
+    with _installed("npu"):
+        torch.npu.set_device(1)
+        try:
+            yield
+        finally:
+            torch.npu.set_device(0)
+
+
+def run_case(split_tile: int | None = None, personality: str = "cuda") -> None:
+    target = EagleDraftTarget(CASE, split_tile=split_tile, personality=personality)
     for index, batch in enumerate(BATCHES):
         check = check_extend_replay if isinstance(batch, DraftExtendBatch) else check_draft_replay
         check(target, batch, f"draft replay {index}")
@@ -143,3 +172,58 @@ def test_draft_splits_by_request_not_branch_fail_naming_the_counts(device, monke
     assert failure.value.oracle == "batch-invariance"
     assert "draft replay 0" in failure.value.diagnosis
     assert "[2, 4, 1, 2, 4, 1] KV splits per request where tiles of 4" in failure.value.diagnosis
+
+
+# -- the NPU draft runners (under the virtual device's npu personality) --------------------------------------------
+NPU_RUNNERS = "sglang.srt.hardware_backend.npu.graph_runner"
+
+
+def test_clean_sglang_passes_the_npu_draft_check(npu_device):
+    run_case(personality="npu")
+
+
+def test_npu_draft_step_lengths_one_short_fail_naming_the_step(npu_device, monkeypatch):
+    from sglang.srt.hardware_backend.npu.graph_runner.eagle_draft_npu_graph_runner import EAGLEDraftNpuGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftNpuGraphRunner, "_replay_graph", "[: self.raw_bs] + speculative_step_id + 1",
+           "[: self.raw_bs] + speculative_step_id")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(personality="npu")
+    assert failure.value.oracle == "npu-graph-update"
+    assert "draft replay 0, draft decode replay of 3 request(s) padded to 3" in failure.value.diagnosis
+    assert "step 0 request 0: 5 where 6" in failure.value.diagnosis
+
+
+def test_npu_draft_padding_lengths_from_the_mirror_fail_naming_the_counts(npu_device, monkeypatch):
+    from sglang.srt.hardware_backend.npu.graph_runner.eagle_draft_npu_graph_runner import EAGLEDraftNpuGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftNpuGraphRunner, "_replay_graph", "forward_batch.seq_lens_cpu[: self.raw_bs]",
+           "forward_batch.seq_lens_cpu[: self.bs]")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(personality="npu")
+    assert failure.value.oracle == "npu-graph-update"
+    assert "draft replay 1, draft decode replay of 2 request(s) padded to 3" in failure.value.diagnosis
+
+
+def test_npu_extend_padding_dropped_fails_naming_the_replay(npu_device, monkeypatch):
+    from sglang.srt.hardware_backend.npu.graph_runner.eagle_draft_extend_npu_graph_runner import \
+        EAGLEDraftExtendNpuGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftExtendNpuGraphRunner, "_replay_graph",
+           "self.bs - self.raw_bs", "0")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(personality="npu")
+    assert failure.value.oracle == "npu-graph-update"
+    assert "draft replay 3, draft extend replay of 2 request(s) padded to 3" in failure.value.diagnosis
+
+
+def test_npu_update_worker_on_device_0_fails_naming_both_devices(npu_device, monkeypatch):
+    from sglang.srt.hardware_backend.npu.graph_runner.npu_cudagraph_backend import NPUCudaGraphBackend
+
+    mutate(monkeypatch, NPUCudaGraphBackend, "__init__", "initializer=self._device_module.set_device,",
+           "initializer=None,")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(personality="npu")
+    assert failure.value.oracle == "npu-graph-update"
+    assert "draft replay 0, draft decode replay of 3 request(s): the graph of size 3 was captured on NPU 1 and " \
+           "updated from a thread on NPU 0" in failure.value.diagnosis

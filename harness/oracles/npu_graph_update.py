@@ -9,7 +9,11 @@
                verify, where the release reads it, takes the attention backend's list (`seq_lens_cpu_list`, the
                double's: padded rows at its seq_len fill value + draft tokens)
 
-e.g. a TARGET_VERIFY batch of seq_lens [9, 4] with 3 draft tokens, replayed at size 4: [12, 7, 0, 0]. A stale or
+e.g. a TARGET_VERIFY batch of seq_lens [9, 4] with 3 draft tokens, replayed at size 4: [12, 7, 0, 0]. The EAGLE
+draft worker's NPU runners update too (`expected_draft_updates`, `expected_extend_updates`): a part per draft step
+that attends, each request's prefix plus the draft tokens the step reads; the extend's, each request's length past
+its verify window; padded requests 0. Each update is made from the NPU its graph was captured on
+(`check_update_devices`). A stale or
 misnamed update leaves the NPU kernels reading the capture-time lengths, which the virtual device's graph (whose
 static buffers already hold the values) would not show in the outputs: this check does."""
 from __future__ import annotations
@@ -30,8 +34,72 @@ NO_UPDATE_ARCHITECTURES = ("DeepseekV4ForCausalLM",)
 def graph_updates(target) -> dict | None:
     """Each captured graph's updates so far, by shape key (evidence only); None where the runner keeps its graphs
     without SGLang's `NPUCudaGraphBackend` (releases before 0.5.14, whose NPU runner updates in `_update_inputs`)."""
-    graphs = getattr(getattr(target.runner, "backend", None), "_graphs", None)
+    return runner_updates(target.runner)
+
+
+def runner_updates(runner) -> dict | None:
+    """`graph_updates` of one runner (a target may hold several: the EAGLE draft worker's decode and extend)."""
+    graphs = getattr(getattr(runner, "backend", None), "_graphs", None)
     return None if graphs is None else {key: list(graph.updates) for key, graph in graphs.items()}
+
+
+# The EAGLE draft worker's NPU runners update under the MLA name whatever the architecture (their `attr_name` map's
+# MLA entry, which both `EAGLEDraftNpuGraphRunner` and the extend's literal name)
+DRAFT_UPDATE_NAME = "actual_seq_lengths_kv"
+
+
+def expected_draft_updates(seq_lens: list[int], padded: int, num_steps: int) -> list[list[dict]]:
+    """One replay of the draft decode graph of a `num_steps` draft: one update, a part per draft step that attends
+    (all but the last, which only samples), step i reading each request's prefix and its first i + 1 draft tokens
+    (`draft_rails`' arithmetic), each padded request 0. E.g. seq_lens [5, 9] at size 3, 3 steps:
+    [{name: [6, 10, 0]}, {name: [7, 11, 0]}]."""
+    pad = [0] * (padded - len(seq_lens))
+    return [[{DRAFT_UPDATE_NAME: [n + step + 1 for n in seq_lens] + pad} for step in range(num_steps - 1)]]
+
+
+def expected_extend_updates(seq_lens: list[int], padded: int) -> list[list[dict]]:
+    """One replay of the draft-extend graph: each request's length past its verify window, each padded request 0."""
+    return [[{DRAFT_UPDATE_NAME: list(seq_lens) + [0] * (padded - len(seq_lens))}]]
+
+
+def updates_since(before: dict, after: dict) -> list[list[dict]]:
+    """The updates made between two `runner_updates`, as plain lists (tensors and arrays listed)."""
+    new = [updates[len(before.get(key, [])):] for key, updates in after.items()]
+    return [[{k: [int(x) for x in v] for k, v in part.items()} for part in update] for updates in new
+            for update in updates]
+
+
+def check_update_devices(runner, what: str) -> None:
+    """Every update of each of `runner`'s graphs was made from the NPU the graph was captured on (the virtual
+    device's `NPUGraph` records both): an update from a thread on another NPU rebinds nothing of this graph's,
+    whose kernels then read the capture-time lengths. SGLang binds its update worker to the runner's device."""
+    graphs = getattr(getattr(runner, "backend", None), "_graphs", None) or {}
+    for key, graph in graphs.items():
+        made = getattr(graph, "update_devices", [])
+        wrong = [device for device in made if device != graph.device]
+        if wrong:
+            raise OracleFailure(ORACLE, f"{what}: the graph of size {getattr(key, 'size', key)} was captured on NPU "
+                                f"{graph.device} and updated from a thread on NPU {wrong[0]} ({len(wrong)} of "
+                                f"{len(made)} updates): the update worker is not bound to its runner's device",
+                                captured_on=graph.device, updated_from=sorted(set(wrong)),
+                                runner=type(runner).__name__)
+
+
+def check_updates(got: list, expected: list, what: str, requests: int, **details) -> None:
+    """`got` (`updates_since`) against `expected` for a batch of `requests`, naming each step and request (real or
+    padded) whose length differs."""
+    if got == expected:
+        return
+    where = ""
+    if len(got) == len(expected) == 1 and len(got[0]) == len(expected[0]):
+        rows = [f"step {step} {'request' if row < requests else 'padded request'} {row}: {g} where {e}"
+                for step, (gp, ep) in enumerate(zip(got[0], expected[0]))
+                for name in ep for row, (g, e) in enumerate(zip(gp.get(name, []), ep[name])) if g != e]
+        where = f" ({'; '.join(rows[:4])})" if rows else ""
+    elif len(got) == len(expected) == 1:
+        where = f" ({len(got[0])} step(s) updated where {len(expected[0])} attend)"
+    raise OracleFailure(ORACLE, f"{what}: expected graph updates {expected}, the graphs got {got}{where}",
+                        expected=expected, got=got, **details)
 
 
 def _knows_v4(target) -> bool:
@@ -82,6 +150,7 @@ def check_npu_graph_update(target, batch, before: dict) -> None:
     expected = expected_updates(target, batch)
     got = [[{k: list(v) for k, v in part.items()} for part in update] for updates in new.values()
            for update in updates]
+    check_update_devices(target.runner, f"replay of a {batch.forward_mode} batch of seq_lens {batch.seq_lens}")
     if got != expected:
         raise OracleFailure(ORACLE, f"replay of a {batch.forward_mode} batch of seq_lens {batch.seq_lens} (host "
                             f"mirror: {batch.host_seq_lens}): expected graph updates {expected}, the graphs got {got}",

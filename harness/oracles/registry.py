@@ -101,8 +101,9 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
     Oracle("process-state", "SGLang's process-wide capture state is back at rest after every step",
            "harness/oracles/process_state.py", ("test_prefill_mutants.py",)),
     Oracle("npu-graph-update", "each NPU replay first rebinds its graph's KV lengths, under the architecture's name, "
-           "with the batch's lengths and 0 per padded request", "harness/oracles/npu_graph_update.py",
-           ("test_decode_glue_mutants.py",)),
+           "with the batch's lengths and 0 per padded request (the EAGLE draft runners': a part per draft step), "
+           "from the NPU the graph was captured on", "harness/oracles/npu_graph_update.py",
+           ("test_decode_glue_mutants.py", "test_eagle_draft_mutants.py")),
     Oracle("npu-standin-contract", "the npu personality's stand-in has the real torch_npu's signatures and every "
            "name SGLang's NPU capture path uses", "harness/personalities/npu_contract.py", ("test_npu_contract.py",)),
     Oracle("capture-profile", "`--enable-profile-cuda-graph` writes one trace per captured size and LoRA variant "

@@ -10,7 +10,8 @@ kernel really called here fails loudly, never a silent fake. Two scopes, one set
   .install("npu")`), added to the device's patch set. On top of the above: `torch.npu`'s graph primitives are the
   virtual device's (`NPUGraph` a `VirtualGraph` with the real signatures, `graph` its capture; both, and the
   `graph_task_*` entry points, held to the torch_npu wheel by `npu_contract`), its streams, events and
-  `synchronize` are `torch.cpu`'s;
+  `synchronize` are `torch.cpu`'s; it holds `VIRTUAL_NPUS` devices, each thread on its own (`current_device`,
+  `set_device`, also `torch.cpu`'s, the module SGLang's NPU runners hold);
   `torch_npu` (with `_C`, and `profiler` on torch's own profiler, also bound in SGLang's NPU runner module as an
   NPU import would have bound it) is provided; and SGLang's platform object (0.5.14+) answers as an
   out-of-tree platform whose full-graph backend is SGLang's own `NPUCudaGraphBackend` (the decode backend SGLang
@@ -25,6 +26,7 @@ import functools
 import importlib
 import inspect
 import sys
+import threading
 import types
 from typing import Any
 from collections.abc import Iterator
@@ -66,24 +68,51 @@ class _AscendOnly(types.ModuleType):
         return ascend_only
 
 
+# The virtual device's NPUs: a server's rank runs on one of several (`torch.npu.set_device(rank)`), so code that
+# loses track of its device (a worker thread left on device 0) is visible where the runner is on another.
+VIRTUAL_NPUS = 2
+_ordinal = threading.local()  # .index: this thread's current NPU; a new thread starts on 0, as on an NPU
+
+
+def current_device() -> int:
+    """`torch.npu.current_device()`: this thread's NPU."""
+    return getattr(_ordinal, "index", 0)
+
+
+def set_device(device) -> None:
+    """`torch.npu.set_device(device)` for this thread: an index, "npu:N" or a torch.device; one past the virtual
+    NPUs raises as torch_npu does."""
+    index = device.index if isinstance(device, torch.device) else \
+        int(device.rpartition(":")[2] or 0) if isinstance(device, str) else int(device)
+    if not 0 <= (index or 0) < VIRTUAL_NPUS:
+        raise RuntimeError(f"Invalid device argument: device {device} of {VIRTUAL_NPUS} virtual NPUs")
+    _ordinal.index = index or 0
+
+
 class NPUGraph(VirtualGraph):
     """`torch.npu.NPUGraph` on the virtual device: the virtual graph with the real class's signatures (held to
     the torch_npu wheel by `npu_contract`); as the real one, `update` refuses a graph not captured with
-    `auto_dispatch_capture=True`."""
+    `auto_dispatch_capture=True`. The NPU a graph is captured on (`device`) and the one each update is made from
+    (`update_devices`, beside `updates`) are recorded: an update from a thread on another NPU rebinds nothing of
+    this graph's on hardware (`npu-graph-update` judges)."""
 
     def __init__(self):
         super().__init__()
         self.auto_dispatch_capture = False
+        self.device: int | None = None
+        self.update_devices: list[int] = []
         self._capture_frame = None  # the `with` site, set by `npu_graph`, so a rerun capture finds its block
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
         frame, self._capture_frame = self._capture_frame or sys._getframe(1), None
+        self.device = current_device()
         super().capture_begin(pool, capture_error_mode, _frame=frame)
 
     def update(self, cpu_update_input):
         if not self.auto_dispatch_capture:  # the real one's refusal, as torch_npu words it
             raise RuntimeError("The current graph configuration does not support update,Try to capture by setting "
                                "auto_dispatch_capture=True during capture")
+        self.update_devices.append(current_device())
         super().update(cpu_update_input)
 
     def debug_dump(self, debug_path):
@@ -137,10 +166,11 @@ def _torch_npu(virtual_device: bool) -> types.ModuleType:
     """`torch.npu`: available, one device; on the virtual device also its graph primitives and torch.cpu's streams."""
     module = _AscendOnly("torch.npu", "torch.npu stand-in (harness.personalities.ascend)")
     module.is_available = lambda: True
-    module.device_count = lambda: 1
+    module.device_count = lambda: VIRTUAL_NPUS if virtual_device else 1
     if virtual_device:
-        for name in ("Stream", "Event", "stream", "current_stream", "synchronize", "current_device", "set_device"):
+        for name in ("Stream", "Event", "stream", "current_stream", "synchronize"):
             setattr(module, name, getattr(torch.cpu, name))
+        module.current_device, module.set_device = current_device, set_device
         module.NPUGraph = NPUGraph
         module.graph = npu_graph
         module.__dict__.update(GRAPH_TASK_API)
@@ -272,6 +302,9 @@ def install_on_virtual_device(patches: pytest.MonkeyPatch) -> None:
         if module_exists(name):  # each release has some of them
             importlib.import_module(name)
     _install_path_selection(patches, virtual_device=True)
+    # the device module SGLang's NPU runners hold is the cpu's (`torch.get_device_module(runner.device)`)
+    patches.setattr(torch.cpu, "current_device", current_device)
+    patches.setattr(torch.cpu, "set_device", set_device)
     torch_npu = _torch_npu_package()
     for sub in ("profiler", "_C"):
         patches.setitem(sys.modules, f"torch_npu.{sub}", getattr(torch_npu, sub))

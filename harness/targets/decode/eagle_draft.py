@@ -42,6 +42,7 @@ import torch
 from harness.errors import HarnessError, PathMissing
 from harness.models.real import DRAFT_FAMILIES, build_family, missing_family
 from harness.oracles import OracleFailure
+from harness.oracles.npu_graph_update import expected_draft_updates, expected_extend_updates
 from harness.targets.decode.base import DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, kernels
 
@@ -49,6 +50,14 @@ RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
 EXTEND_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 DRAFT_FAMILY = "eagle"
+NPU_RUNNERS = "sglang.srt.hardware_backend.npu.graph_runner"
+# the runner classes `EagleDraftWorker._capture_cuda_graphs` looks up by the target worker's device
+# (`Device2DraftCudaGraphRunner`, `Device2ExtendCudaGraphRunner`), by personality: (module, class) for each graph
+RUNNER_CLASSES = {
+    "cuda": ((RUNNER_MODULE, "EAGLEDraftCudaGraphRunner"), (EXTEND_RUNNER_MODULE, "EAGLEDraftExtendCudaGraphRunner")),
+    "npu": ((f"{NPU_RUNNERS}.eagle_draft_npu_graph_runner", "EAGLEDraftNpuGraphRunner"),
+            (f"{NPU_RUNNERS}.eagle_draft_extend_npu_graph_runner", "EAGLEDraftExtendNpuGraphRunner")),
+}
 
 
 # what this target calls, by module and class: the 0.5.2x draft worker's layout (its own methods build and run it)
@@ -60,13 +69,17 @@ NEEDED = {
 }
 
 
-def draft_missing() -> str | None:
-    """Why the installed SGLang cannot run this target (naming the release and what it lacks), or None."""
+def draft_missing(personality: str = "cuda") -> str | None:
+    """Why the installed SGLang cannot run this target under `personality` (naming the release and what it lacks),
+    or None."""
     import importlib
 
     from harness.versions import module_exists, sglang_version
 
-    for module, (name, methods) in NEEDED.items():
+    needed = dict(NEEDED)
+    if personality != "cuda":
+        needed.update({module: (name, ("execute", "_replay_graph")) for module, name in RUNNER_CLASSES[personality]})
+    for module, (name, methods) in needed.items():
         if not module_exists(module):
             return f"SGLang {sglang_version()} has no {module}: no EAGLE draft graphs of the layout this target drives"
         owner = getattr(importlib.import_module(module), name, None)
@@ -166,15 +179,21 @@ class EagleDraftTarget(RealModelTarget):
     """See the module docstring. `case.spec`: the EAGLE settings (num_steps > 1: a single step captures nothing);
     `split_tile`: under `--enable-deterministic-inference` with that KV split tile (None: off)."""
 
-    def __init__(self, case: DecodeCase, *, hooks: Any = None, split_tile: int | None = None) -> None:
+    def __init__(self, case: DecodeCase, *, hooks: Any = None, split_tile: int | None = None,
+                 personality: str = "cuda") -> None:
+        """`personality`: the device SGLang's worker believes it runs on, which picks its runner classes
+        (`RUNNER_CLASSES`; "npu": the NPU runners, under the virtual device's npu personality, whose platform hands
+        the runners SGLang's `NPUCudaGraphBackend`)."""
         if case.spec is None or case.spec.algorithm != "EAGLE" or case.spec.num_steps < 2:
             raise HarnessError(f"an EAGLE draft target needs EAGLE with two or more draft steps, not {case.spec}")
-        reason = draft_missing()
+        if personality not in RUNNER_CLASSES:
+            raise HarnessError(f"no EAGLE draft runners for personality {personality!r}: one of {list(RUNNER_CLASSES)}")
+        reason = draft_missing(personality)
         if reason:
             raise PathMissing(reason)
         _fresh_input_buffer_pool()
         with torch.no_grad():  # as `Scheduler.init_all_cuda_graphs` captures: Dynamo guards on the grad mode
-            super().__init__(case, family="dense", hooks=hooks, split_tile=split_tile)
+            super().__init__(case, family="dense", hooks=hooks, split_tile=split_tile, personality=personality)
 
     def server_flags(self, case: DecodeCase) -> dict[str, Any]:
         # --page-size 1 said explicitly: the multi-step backend reads the published one (ServerArgs leaves it None
@@ -222,14 +241,16 @@ class EagleDraftTarget(RealModelTarget):
     def _runner_class(self):
         """SGLang's draft runner, built as `EagleDraftWorker._capture_cuda_graphs` builds it, over a worker whose
         attributes are set and whose own methods build its attention backends."""
-        from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
-        from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+        import importlib
+
+        draft_cls, extend_cls = (getattr(importlib.import_module(module), name)
+                                 for module, name in RUNNER_CLASSES[self.personality])
 
         def construct(model_runner, **kwargs):
             self.worker = self._worker()
-            runner = EAGLEDraftCudaGraphRunner(self.worker)
+            runner = draft_cls(self.worker)
             # then the draft extend's, as `_capture_cuda_graphs` captures it next, over the worker's extend backend
-            self.extend_runner = EAGLEDraftExtendCudaGraphRunner(self.worker)
+            self.extend_runner = extend_cls(self.worker)
             return runner
 
         return construct
@@ -398,7 +419,9 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
     before = pools.snapshot()
     mark = counter.mark()
     fb = target.draft_forward_batch(batch, out_cache_loc)
-    output = target.replay_draft(fb, before_graph=lambda: check_graph_rails(target, batch, where))
+    with _updates_checked(target.runner, lambda padded: expected_draft_updates(
+            batch.seq_lens, padded, target.case.spec.num_steps), batch.batch_size, f"{where}, draft decode"):
+        output = target.replay_draft(fb, before_graph=lambda: check_graph_rails(target, batch, where))
     replayed = [None if t is None else t.clone() for t in output]
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
     if target.split_tile is not None:  # the splits every draft step's decode kernels read, one per branch
@@ -417,6 +440,27 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
     _check_against_eager(target, dict(zip(names, replayed)), dict(zip(names, eager)), after_replay, after_eager,
                          exact_output=True, exact_cache=exact, what="draft tree",
                          where=where, slots=f"draft slots {out_cache_loc}")
+
+
+@contextlib.contextmanager
+def _updates_checked(runner, expected, requests: int, where: str):
+    """Around one replay by `runner`: where it keeps its graphs in SGLang's `NPUCudaGraphBackend` (an NPU runner),
+    the host-side lengths the replay rebound its graph with (`npu-graph-update`) against `expected(padded size)`;
+    elsewhere nothing."""
+    from harness.oracles.npu_graph_update import check_update_devices, check_updates, runner_updates, updates_since
+
+    before = runner_updates(runner) if target_is_npu(runner) else None
+    yield
+    if before is not None:
+        padded = min(s for s in runner.capture_bs if s >= requests)
+        check_update_devices(runner, f"{where} replay of {requests} request(s)")
+        check_updates(updates_since(before, runner_updates(runner)), expected(padded), f"{where} replay of "
+                      f"{requests} request(s) padded to {padded}", requests, runner=type(runner).__name__)
+
+
+def target_is_npu(runner) -> bool:
+    """Whether `runner` replays through SGLang's NPU graph backend (the class its platform handed it)."""
+    return type(getattr(runner, "backend", None)).__name__ == "NPUCudaGraphBackend"
 
 
 def _check_against_eager(target: EagleDraftTarget, replayed: dict, eager: dict, after_replay, after_eager, *,
@@ -486,8 +530,11 @@ def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where
     before = pools.snapshot()
     select = target.select_index(batch)
     mark = counter.mark()
-    output = target.replay_extend(target.extend_forward_batch(batch, out_cache_loc), select,
-                                  before_graph=lambda: check_extend_graph_rails(target, batch, where))
+    window = [n + width for n in batch.prefixes]
+    with _updates_checked(target.extend_runner, lambda padded: expected_extend_updates(window, padded),
+                          batch.batch_size, f"{where}, draft extend"):
+        output = target.replay_extend(target.extend_forward_batch(batch, out_cache_loc), select,
+                                      before_graph=lambda: check_extend_graph_rails(target, batch, where))
     replayed = {"next_token_logits": output.next_token_logits.clone(), "hidden_states": output.hidden_states.clone()}
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
     after_replay = pools.snapshot()

@@ -1,0 +1,129 @@
+"""What the real-model suites share (drawn cases, the EAGLE draft worker's examples and run): a module, never a test
+module imported by another, so each test is collected once, where it is written (`test_real_models.py`, and
+`test_decode_npu.py` for the draft worker's NPU runners)."""
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import Phase, settings, strategies as st
+
+from harness.counter import counter
+from harness.devices import get_device
+from harness.models.real import FAMILIES
+from harness.oracles import OracleFailure
+from harness.targets.decode.base import DecodeCase, SpecSettings
+
+MAX_REQUESTS = 8  # pool rows 1..8 (row 0: SGLang's padding row)
+MAX_SEQ_LEN = 24
+
+# The gate runs the explicit example only (its first generated one would be the minimal case: one size, one
+# request of one token); nightly draws ten per family. Each example builds and captures a real model (seconds).
+GATE_EXPLICIT_ONLY = {"phases": [Phase.explicit]} if settings.get_current_profile_name() == "gate" else {}
+
+
+@st.composite
+def real_cases(draw):
+    """Capture sizes from a small grid (SGLang pads a batch to the next captured size)."""
+    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=2, unique=True), label="capture_bs")
+    return DecodeCase(capture_bs=tuple(sorted(sizes)), max_running_requests=MAX_REQUESTS)
+
+
+@st.composite
+def draft_examples(draw):
+    """An EAGLE draft case (2 or 3 steps, 1 or 2 branches a step; a tree's draft-token budget drawn within what its
+    steps score), maybe under `--enable-deterministic-inference` (a split tile), and replays of each size: two draft
+    batches (per request its committed prefix, pool row, the target's top-k tokens and probabilities, the seed of
+    its cache and hidden state), then two draft extends (per request its prefix before the verify window, the
+    window's tokens, how many the verify accepted)."""
+    from harness.targets.decode.eagle_draft import DraftBatch, DraftExtendBatch
+
+    steps, topk = draw(st.integers(2, 3), label="draft steps"), draw(st.integers(1, 2), label="topk")
+    scored = topk + (steps - 1) * topk * topk  # what draft_forward's score list holds
+    drafts = steps + 1 if topk == 1 else draw(st.integers(2, min(scored, 6) + 1), label="draft tokens")
+    case = dataclasses.replace(draw(real_cases()), spec=SpecSettings(num_steps=steps, topk=topk,
+                                                                     num_draft_tokens=drafts, algorithm="EAGLE"))
+    tile = draw(st.sampled_from([None, 16, 64]), label="split tile")  # --enable-deterministic-inference's
+    vocab = FAMILIES["dense"].config["vocab_size"]
+    probability = st.floats(0.01, 1.0, allow_nan=False)
+    groups = []
+    for size in draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes"):
+        group = []
+        for _ in range(2):
+            group.append(DraftBatch(
+                seq_lens=draw(st.lists(st.integers(1, MAX_SEQ_LEN), min_size=size, max_size=size)),
+                pool_rows=list(draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]),
+                topk_index=[draw(st.lists(st.integers(0, vocab - 1), min_size=topk, max_size=topk, unique=True))
+                            for _ in range(size)],
+                topk_p=[sorted(draw(st.lists(probability, min_size=topk, max_size=topk)), reverse=True)
+                        for _ in range(size)],
+                seed=draw(st.integers(0, 2 ** 16))))
+        for _ in range(2):  # then the draft extend after a verify: the window of each request, how much it kept
+            group.append(DraftExtendBatch(
+                prefixes=draw(st.lists(st.integers(1, MAX_SEQ_LEN - drafts), min_size=size, max_size=size)),
+                pool_rows=list(draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]),
+                tokens=[draw(st.lists(st.integers(0, vocab - 1), min_size=drafts, max_size=drafts))
+                        for _ in range(size)],
+                # a verify accepts at most the tree's depth plus the bonus token, and never past its window
+                accepted=draw(st.lists(st.integers(1, min(steps + 1, drafts)), min_size=size, max_size=size)),
+                seed=draw(st.integers(0, 2 ** 16))))
+        groups.append(group)
+    return case, groups, tile
+
+
+def draft_batch(**fields):
+    """A draft batch, or a draft extend's (`accepted` among its fields), from its recorded fields."""
+    from harness.targets.decode.eagle_draft import DraftBatch, DraftExtendBatch
+
+    return (DraftExtendBatch if "accepted" in fields else DraftBatch)(**fields)
+
+
+# capture 1 and 3, a tree of 2 branches over 3 steps: three requests (a captured size), then two padded to 3 on
+# the rows and slots the three held (a padded row's stale inputs would read or write live slots); then the draft
+# extends of a 5-token verify window, three requests and two padded to 3, keeping 2, 4, 1 and 3, 1 tokens
+PADDED_DRAFT = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS,
+                           spec=SpecSettings(num_steps=3, topk=2, num_draft_tokens=5, algorithm="EAGLE")),
+                [[draft_batch(seq_lens=[5, 14, 2], pool_rows=[3, 1, 7], topk_index=[[4, 7], [1, 2], [5, 6]],
+                               topk_p=[[0.6, 0.3], [0.5, 0.4], [0.9, 0.05]], seed=3),
+                  draft_batch(seq_lens=[9, 6], pool_rows=[7, 2], topk_index=[[8, 9], [10, 11]],
+                               topk_p=[[0.7, 0.2], [0.4, 0.35]], seed=4),
+                  draft_batch(prefixes=[5, 14, 2], pool_rows=[3, 1, 7], accepted=[2, 4, 1], seed=5,
+                               tokens=[[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]]),
+                  draft_batch(prefixes=[9, 6], pool_rows=[7, 2], accepted=[3, 1], seed=6,
+                               tokens=[[21, 22, 23, 24, 25], [26, 27, 28, 29, 30]])]], None)
+# the same under --enable-deterministic-inference, split tile 16: each branch's KV splits ceil(seq_len / 16)
+DETERMINISTIC_DRAFT = (*PADDED_DRAFT[:2], 16)
+
+
+def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
+    """Capture the draft worker's graphs (SGLang's runner classes for `personality`), then check each drawn batch;
+    each replay is watched for compiles (`eagle_draft._no_compile`), the eager references are not."""
+    from harness.targets.decode.eagle_draft import DraftExtendBatch, EagleDraftTarget, check_draft_replay, \
+        check_extend_replay
+
+    get_device("cpu").reset()
+    mark = counter.mark()
+    target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
+    captured = counter.since(mark)["num_graphs_captured"]
+    expected = 2 * len(target.capture_bs)  # a draft decode and a draft extend graph a size (no rejection-sampling
+    if captured != expected:               # variant is drawn)
+        raise OracleFailure("graph-replay", f"the draft worker's runners captured {captured} graph(s) for sizes "
+                            f"{target.capture_bs}; a draft decode and a draft extend graph a size is {expected}",
+                            captured=captured, capture_bs=target.capture_bs)
+    ex.note("capture_bs", target.capture_bs)
+    ex.note("capture_seconds", round(target.capture_seconds, 3))
+    ex.note("replayed", [(mode, group[0].batch_size) for group in groups for mode in ("DRAFT_DECODE",
+                                                                                      "DRAFT_EXTEND_V2")])
+    for step, group in enumerate(groups):
+        for which, batch in enumerate(group):
+            if isinstance(batch, DraftExtendBatch):
+                check_extend_replay(target, batch, f"draft extend replay {step}.{which} (batch of "
+                                    f"{batch.batch_size}, prefixes {batch.prefixes}, accepted {batch.accepted})")
+            else:
+                check_draft_replay(target, batch, f"draft replay {step}.{which} (batch of {batch.batch_size}, "
+                                   f"seq_lens {batch.seq_lens}, pool rows {batch.pool_rows})")
+
+
+def draft_to_drawn(case, groups, tile) -> dict:
+    return {"capture_bs": list(case.capture_bs), "spec": dataclasses.asdict(case.spec),
+            "draft_groups": [[dataclasses.asdict(batch) for batch in group] for group in groups],
+            **({"split_tile": tile} if tile is not None else {})}
