@@ -80,7 +80,8 @@ def test_npu_padded_batch_updates_graph(branch, device, personality, layout):
     update: DECODE and TARGET_VERIFY, with the host mirror of seq_lens and without it (as some workers hand a batch
     over). DECODE's update carries the lengths, 0 for the padded request; EAGLE's verify adds the draft tokens;
     DFLASH's takes the attention backend's list, its padded request at the fill value plus the draft tokens; a v2
-    architecture's goes under its own name, DeepSeek V4's graph is not updated; the output equals eager. Fixed examples, so the gate reaches every branch whatever the drawn test draws."""
+    architecture's goes under its own name, DeepSeek V4's graph is not updated; the output equals eager. Fixed
+    examples, so the gate reaches every branch whatever the drawn test draws."""
     mode, algorithm, mirror, *architecture = PADDED[branch]
     spec = algorithm and decode.SpecSettings(num_steps=1, topk=1, num_draft_tokens=2, algorithm=algorithm)
     switches = RunnerSwitches(architecture=architecture[0]) if architecture else RunnerSwitches()
