@@ -341,6 +341,26 @@ def test_context_limits(name, data):
         run_example(ex, PrefillSession.get(case), batch)
 
 
+@pytest.mark.parametrize("backend", ["breakable", "full"])
+@suite_settings(gate_examples=6, shrink_in_gate=False)
+@given(data=st.data())
+def test_attention_backend_refusal_honoured(backend, data):
+    """Admission owned by the attention backend: where it defines `can_run_prefill_cuda_graph` (as SGLang's dLLM
+    and DeepSeek V4 backends do), the runner honours its refusal. The double refuses a batch where a request
+    extends by more than a drawn limit (dLLM's query limit); such a batch must run eager (admission), the rest
+    replay equal to eager."""
+    layout = _layout()
+    gap = layout.backend_gap(backend, PrefillSession.device) or layout.feature_gap(prefill.BACKEND_ADMISSION)
+    if gap:
+        pytest.skip(gap)
+    limit = data.draw(st.sampled_from([3, 6]), label="backend_max_extend")
+    case = PrefillCase(backend=backend, capture_tokens=GRID, backend_max_extend=limit)
+    batch = data.draw(draw.graph_bound_batches(GRID, beyond=False), label="batch")
+    with example("prefill_pcg", capture_tokens=GRID, backend=backend, backend_max_extend=limit,
+                 **draw.describe(batch)) as ex:
+        run_example(ex, PrefillSession.get(case), batch)
+
+
 def test_context_limit_ignored_by_tc_piecewise():
     """tc_piecewise drops max_context_size (SGLang warns: its metadata has no fixed extent), so a batch longer
     than it still replays the graphs."""

@@ -72,6 +72,7 @@ REGISTRY = "srt/model_executor/cuda_graph_buffer_registry.py"
 COMPILE = "srt/compilation/compile.py"
 MULTIMODAL = "test_multimodal_inputs"
 CONTEXT_LIMITS = "test_context_limits"
+BACKEND_ADMISSION = "test_attention_backend_refusal_honoured"
 CAPTURE_FAILURE = "test_compile_pass_failure_names_backend_and_way_out"
 PIPELINE = "test_pipeline_stage_body"
 CAPTURED_METADATA = "test_breakable_captured_attn_metadata"
@@ -287,6 +288,21 @@ PATH_MUTANTS = {
                 "        seq_lens_cpu = forward_batch.extend_seq_lens_cpu\n")],
         oracle="admission",
         texts=["longest context"]),
+    # admission owned by the attention backend: its can_run_prefill_cuda_graph never consulted, so a batch it
+    # refuses replays the graphs.
+    "backend_refusal_ignored": Mutant(
+        select=BACKEND_ADMISSION,
+        edits=[(RUNNER, "        if backend_can_run is not None and not backend_can_run(forward_batch):\n",
+                "        if False:\n")],
+        oracle="admission",
+        texts=["the attention backend admits at most"]),
+    # ... or looked up under another name on the backend, so no backend's refusal is ever found.
+    "backend_refusal_misnamed": Mutant(
+        select=BACKEND_ADMISSION,
+        edits=[(RUNNER, 'else getattr(model_runner.attn_backend, "can_run_prefill_cuda_graph", None)',
+                'else getattr(model_runner.attn_backend, "can_run_cuda_graph", None)')],
+        oracle="admission",
+        texts=["its own can_run_prefill_cuda_graph"]),
     # context limits: the attention backend's own max_seq_len default is not picked up.
     "backend_max_seq_len_ignored": Mutant(
         select=CONTEXT_LIMITS + " and breakable",

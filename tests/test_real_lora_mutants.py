@@ -14,6 +14,9 @@ decode model serves LoRA through a double of the manager, so none of these can s
   modules the incoming adapter lacks, so an adapter loaded into an evicted slot keeps the evicted adapter's weights
   there ("b" has no k_proj, o_proj, gate_proj, up_proj; it evicts "a" in a pool of two slots). Replay and eager
   agree; `lora-reference` fails for "b"'s requests.
+- base_batch_replays_the_lora_graph: `DecodeCudaGraphRunner._resolve_lora_variant` answers "lora" for a batch on
+  no adapter, under `record_nolora_graph`: the LoRA graph serves it at rank 0, equal to eager and to the base
+  model; `graph-key` names the graph replayed against the "nolora" one the batch implies.
 - prefill_chunks_routed_to_the_first_adapter: the Triton LoRA backend's prefill-graph path fills its static sgemm
   routing (`prefill_cuda_graph_sgemm_batch_info.weight_indices`) with the first chunk's adapter for every chunk.
   Eager of an eligible batch reads the same static routing, so replay and eager agree; `lora-reference` fails for
@@ -60,10 +63,17 @@ def device(monkeypatch):
         yield
 
 
-def run_case(groups, backend: str = "triton", max_loras: int = 3) -> int:
+# under record_nolora_graph: an adapter beside the base model, then a batch on no adapter (the "nolora" graph)
+BASE_ONLY = [[batch(["a", None], [9, 4], [4, 2], [5, 90], 7), batch([None, None], [3, 12], [1, 5], [7, 9], 8)]]
+
+
+def run_case(groups, backend: str = "triton", max_loras: int = 3, record_nolora_graph: bool = False) -> int:
+    import dataclasses
+
     from harness.targets.decode.real_lora import RealLoRATarget, check_lora_replays
 
-    target = RealLoRATarget(CASE, max_loras_per_batch=max_loras, backend=backend)
+    case = dataclasses.replace(CASE, record_nolora_graph=record_nolora_graph)
+    target = RealLoRATarget(case, max_loras_per_batch=max_loras, backend=backend)
     return check_lora_replays(target, groups)
 
 
@@ -75,6 +85,21 @@ def mutate(monkeypatch, owner, name: str, old: str, new: str) -> None:
 def test_clean_sglang_passes_the_lora_check(device, backend):
     assert run_case(MIXED, backend) == 5
     assert run_case(EVICTING, backend, max_loras=2) == 4
+
+
+def test_clean_sglang_passes_the_nolora_variant_check(device):
+    assert run_case(BASE_ONLY, record_nolora_graph=True) == 4
+
+
+def test_base_batch_replaying_the_lora_graph_fails_naming_the_key(device, monkeypatch):
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+    mutate(monkeypatch, DecodeCudaGraphRunner, "_resolve_lora_variant", 'return "nolora"', 'return "lora"')
+    with pytest.raises(OracleFailure) as failure:
+        run_case(BASE_ONLY, record_nolora_graph=True)
+    assert failure.value.oracle == "graph-key"
+    assert "a batch of 2 request(s) must replay the graph of size 3 variant 'nolora' (captured sizes [1, 3]); it " \
+           "replayed: size 3 variant 'lora'" in failure.value.diagnosis
 
 
 def test_scaling_left_at_one_fails_against_the_merged_model(device, monkeypatch):

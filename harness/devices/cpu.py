@@ -325,6 +325,7 @@ class VirtualGraph:
         self.num_launches = 0
         self.capture_site = ""
         self.updates: list = []
+        self.replays = 0  # this graph's replays (which graph a runner picked: `oracles.graph_key`)
         self._pool = None
         self._steps: list[_Step] = []
         self._recorder: _Recorder | None = None
@@ -397,6 +398,7 @@ class VirtualGraph:
                     for captured, fresh in zip(old, new):
                         if captured is not fresh:
                             captured.copy_(fresh)
+        self.replays += 1
         counter.num_graph_replays += 1
 
     def update(self, cpu_update_input=None, **kwargs) -> None:

@@ -52,6 +52,7 @@ from harness.oracles import OracleFailure
 from harness.oracles.batch_invariance import check_split_counts
 from harness.oracles.decode_replay import check_padding_promises
 from harness.oracles.eager import assert_matches_eager
+from harness.oracles.graph_key import check_replayed_key, expected_variant, replay_counts
 from harness.oracles.graph_replay import check_graph_forward, replay_delta
 from harness.targets.decode import v0_5_14
 from harness.targets.decode.base import DecodeBatch, DecodeCase, make_model_runner
@@ -487,8 +488,12 @@ def check_replay(target: RealModelTarget, batch: DecodeBatch, where: str, step: 
                             batch=batch)
     before = pools.snapshot()
     mark = counter.mark()
+    graphs_before = replay_counts(target.runner)
     output = target.replay(batch)
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
+    check_replayed_key(graphs_before, replay_counts(target.runner), requests=batch.batch_size,
+                       capture_bs=target.capture_bs, where=where,
+                       variant=expected_variant(batch.lora_ids, target.case.record_nolora_graph))
     if target.split_tile is not None and batch.forward_mode == "DECODE":  # the graph's kernels read these splits
         splits = target.attn_backend.cuda_graph_num_kv_splits[:batch.batch_size].tolist()
         check_split_counts(splits, batch.seq_lens, target.split_tile, where)

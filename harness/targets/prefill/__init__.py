@@ -14,7 +14,8 @@ from __future__ import annotations
 from harness.targets import first_layout
 from harness.targets.prefill import v0_5_9, v0_5_14
 from harness.targets.prefill.base import (  # noqa: F401 - the path's public names
-    BACKENDS, CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, FEATURES,
+    BACKEND_ADMISSION, BACKENDS, CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD,
+    FEATURES,
     LORA_CAPTURE, MIXED_CHUNK_CHECK, POOLED_OUTPUT, Batch, KvCache, Layout, PrefillCase, PrefillTarget, Request,
 )
 

@@ -40,7 +40,9 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> str | None:
     input_embeds; capture_hidden_mode FULL -> more hidden states than the NULL capture keeps; return_logprob on
     tc_piecewise -> no eager logits tail; a request of 30 cached + 4 new tokens under max_context_size 32 -> a
     context beyond the limit; a full backend with 4 request slots and 5 requests -> too many requests; breakable
-    with MHA companion layers (virtual device) and any request with a cached prefix -> the companion's prefix path.
+    with MHA companion layers (virtual device) and any request with a cached prefix -> the companion's prefix path;
+    an attention backend admitting extends of at most 6 tokens and a request of 7 new tokens -> the backend's own
+    refusal.
     """
     largest = max(case.capture_tokens)
     if batch.num_tokens > largest:
@@ -68,6 +70,10 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> str | None:
     if case.backend == "full" and len(batch.requests) > case.full_prefill_max_req:
         return (f"its {len(batch.requests)} requests exceed the full graph's {case.full_prefill_max_req} request "
                 "slots (full_prefill_max_req)")
+    widest = max((len(r.tokens) for r in batch.requests), default=0)
+    if case.backend_max_extend is not None and widest > case.backend_max_extend:
+        return (f"a request extends by {widest} tokens and the attention backend admits at most "
+                f"{case.backend_max_extend} (its own can_run_prefill_cuda_graph)")
     if case.lora and len(batch.requests) > LORA_GRAPH_MAX_REQUESTS:
         return (f"its {len(batch.requests)} requests exceed the LoRA backend's {LORA_GRAPH_MAX_REQUESTS} static "
                 "prefill batch-info rows (can_use_prefill_cuda_graph)")

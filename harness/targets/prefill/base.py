@@ -14,6 +14,7 @@ from harness.models.prefill_model import HIDDEN, NUM_LAYERS, in_breakable_graph
 BACKENDS = ("tc_piecewise", "breakable", "full")
 # Paths a release may lack, asked of a layout by name (`Layout.feature_gap`).
 CONTEXT_LIMITS = "fixed-context prefill graphs"
+BACKEND_ADMISSION = "the attention backend's own prefill-graph admission"
 EXECUTE_HIDDEN_GUARD = "execute's capture_hidden_mode check"
 CAPTURE_FAILURE_MESSAGE = "the prefill capture-failure message"
 DEEPSTACK_WARMUP = "the Qwen3-VL deepstack warm-up"
@@ -21,7 +22,7 @@ MIXED_CHUNK_CHECK = "the runner's mixed-chunk backend check"
 POOLED_OUTPUT = "embedding models' pooled outputs"
 LORA_CAPTURE = "LoRA batch info captured by breakable/full"
 FEATURES = (CONTEXT_LIMITS, EXECUTE_HIDDEN_GUARD, CAPTURE_FAILURE_MESSAGE, DEEPSTACK_WARMUP, MIXED_CHUNK_CHECK,
-            POOLED_OUTPUT, LORA_CAPTURE)
+            POOLED_OUTPUT, LORA_CAPTURE, BACKEND_ADMISSION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,10 @@ class PrefillCase:
     # (`prefill_cuda_graph_default_max_seq_len`); a longer context (prefix + new tokens) runs eager.
     max_context_size: int | None = None
     backend_max_seq_len: int | None = None
+    # The attention backend's own admission (`can_run_prefill_cuda_graph`, as SGLang's dLLM and DeepSeek V4
+    # backends define one, which the runner must honour): it refuses a batch where a request extends by more than
+    # this many tokens (dLLM's query limit). None: the backend defines no such method.
+    backend_max_extend: int | None = None
     fixed_context_metadata: bool = True  # the attention backend plans fixed-extent metadata (max_context_size)
     body: str = "annotated"  # the model body's variant (`harness.models.prefill_model.BODIES`)
     enable_mixed_chunk: bool = False  # `--enable-mixed-chunk`: decode requests ride in prefill batches (MIXED)

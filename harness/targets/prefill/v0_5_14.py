@@ -27,8 +27,8 @@ from harness.models.prefill_model import (
 )
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
-    CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, LORA_CAPTURE, MIXED_CHUNK_CHECK,
-    POOLED_OUTPUT, Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch,
+    BACKEND_ADMISSION, CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, LORA_CAPTURE,
+    MIXED_CHUNK_CHECK, POOLED_OUTPUT, Batch, KvCache, Layout, PrefillCase, PrefillTarget, build_forward_batch,
     make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
@@ -53,10 +53,20 @@ FEATURE_NAMES = {CONTEXT_LIMITS: ("PrefillCudaGraphRunner", "_validate_max_conte
                  DEEPSTACK_WARMUP: ("PrefillCudaGraphRunner", "run_dummy_multimodal_deepstack_forward"),
                  MIXED_CHUNK_CHECK: ("PrefillCudaGraphRunner", "enable_mixed_chunk"),
                  POOLED_OUTPUT: (None, "EmbeddingPoolerOutput"),
-                 LORA_CAPTURE: ("PrefillCudaGraphRunner", "_capture_lora")}
+                 LORA_CAPTURE: ("PrefillCudaGraphRunner", "_capture_lora"),
+                 BACKEND_ADMISSION: ("PrefillCudaGraphRunner", "_backend_can_run_prefill_cuda_graph")}
 NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'): the harness sets "
         "PhaseConfig.backend='tc_piecewise' directly and constructs TcPiecewiseCudaGraphBackend "
         "for the runner in place of resolve_prefill_backend")
+
+
+def extend_limit(limit: int):
+    """An attention backend's `can_run_prefill_cuda_graph` (the double's): a batch where some request extends by
+    more than `limit` tokens is refused, read from the batch as dLLM's backend reads it (`extend_seq_lens_cpu`)."""
+    def can_run_prefill_cuda_graph(forward_batch) -> bool:
+        return max(forward_batch.extend_seq_lens_cpu or [0]) <= limit
+
+    return can_run_prefill_cuda_graph
 
 
 def publish_config(case: PrefillCase, device: str, flags: dict | None = None, validate=None) -> Any:
@@ -262,6 +272,8 @@ class Target(PrefillTarget):
         self.model = model_class(multimodal=case.multimodal, body=case.body, pooled=case.pooled).to(device)
         self.attn_backend = make_attention_backend_class()(self.kv)
         self.attn_backend.prefill_cuda_graph_default_max_seq_len = case.backend_max_seq_len
+        if case.backend_max_extend is not None:  # the backend's own admission, read by the runner at construction
+            self.attn_backend.can_run_prefill_cuda_graph = extend_limit(case.backend_max_extend)
         self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
         self.attn_backend.use_captured_forward_metadata_for_breakable_cuda_graph = case.captured_attn_metadata
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
