@@ -112,6 +112,7 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_deterministic": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_draft": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_lora": Picture("batch size", "forward mode", note="replayed"),
+                 "real_models_encoder": None,
                  "real_models_reference": None,
                  "real_models_refusal": None, "real_models_findings": None},
         coverage=("srt/models/llama.py", "srt/models/qwen2_moe.py", "srt/models/deepseek_v2.py",
@@ -119,7 +120,8 @@ SUITES: tuple[Suite, ...] = (
                   "srt/speculative/eagle_draft_cuda_graph_runner.py",
                   "srt/speculative/eagle_draft_extend_cuda_graph_runner.py", "srt/lora/lora_manager.py",
                   "srt/lora/mem_pool.py", "srt/lora/layers.py", "srt/lora/backend/triton_backend.py",
-                  "srt/lora/backend/chunked_backend.py", "srt/lora/backend/torch_backend.py"),
+                  "srt/lora/backend/chunked_backend.py", "srt/lora/backend/torch_backend.py",
+                  "srt/multimodal/vit_cuda_graph_runner.py"),
     ),
     Suite(
         name="parallel_worlds",

@@ -295,6 +295,86 @@ def test_eagle_draft_replays_match_eager(drawn, device):
         run_draft(ex, case, groups, split_tile=tile)
 
 
+# -- encoder graphs: SGLang's ViT CUDA-graph runner on a vision tower --------------------------------------------
+IMAGE_SIDES = (2, 4, 6, 8)  # patches a side (multiples of the merge size 2)
+
+
+@st.composite
+def encoder_examples(draw):
+    """A vision tower (`encoder.vit.ENCODERS`), the runner's initial rotary workspace (qwen2_5_vl: None or 8 rows,
+    so later batches grow it), and 2-5 image batches of 1-3 images (t 1-2 frames, h and w from `IMAGE_SIDES`),
+    each now and then an earlier batch again (its layout replays) or transposed (same patches, maybe the same
+    windows), each with its own pixels."""
+    from harness.targets.encoder.vit import ENCODERS
+
+    name = draw(st.sampled_from(sorted(ENCODERS)), label="encoder")
+    workspace = draw(st.sampled_from([None, 8]), label="max_context_len") if name == "qwen2_5_vl" else None
+    image = st.tuples(st.integers(1, 2), st.sampled_from(IMAGE_SIDES), st.sampled_from(IMAGE_SIDES))
+    batches = []
+    for _ in range(draw(st.integers(2, 5), label="image batches")):
+        how = draw(st.sampled_from(["new", "new", "again", "transposed"]) if batches else st.just("new"))
+        if how == "new":
+            grids = draw(st.lists(image, min_size=1, max_size=3))
+        else:
+            earlier = draw(st.sampled_from([grids for grids, _ in batches]))
+            grids = earlier if how == "again" else [(t, w, h) for t, h, w in earlier]
+        batches.append(([tuple(g) for g in grids], draw(st.integers(0, 2 ** 16))))
+    return name, workspace, batches
+
+
+# images of 32 patches in three layouts (one transposed: the same windows), one of 72 that grows the rotary
+# workspace, then the first layout again with other pixels
+ENCODER_LAYOUTS = [([(1, 4, 8)], 1), ([(1, 8, 4)], 2), ([(1, 4, 4), (1, 4, 4)], 3), ([(2, 6, 6)], 4),
+                   ([(1, 4, 8)], 5)]
+ENCODER_EXAMPLES = [("qwen2_5_vl", 8, ENCODER_LAYOUTS), ("qwen3_vl", None, ENCODER_LAYOUTS)]
+
+
+def run_encoder(ex, drawn) -> None:
+    from harness.targets.encoder.vit import VitTarget, check_images
+
+    name, workspace, batches = drawn
+    try:
+        target = VitTarget(name, max_context_len=workspace)
+    except PathMissing as missing:
+        pytest.skip(str(missing))
+    layouts = check_images(target, batches, f"{name} tower")
+    ex.note("layouts", len(set(layouts)))
+    ex.note("graphs", len(target.runner.block_graphs))
+
+
+@suite_settings(gate_examples=4, shrink_in_gate=False)
+@hypothesis_example(drawn=ENCODER_EXAMPLES[1])
+@hypothesis_example(drawn=ENCODER_EXAMPLES[0])
+@given(drawn=encoder_examples())
+def test_encoder_graphs_match_eager(drawn, device):
+    """SGLang's `ViTCudaGraphRunner` on a VLM's vision tower (`harness/targets/encoder/vit.py`): each image batch
+    through the tower's `forward_with_cuda_graph` captures a graph exactly when its attention layout is new (keyed
+    by patches and full-attention and window boundaries, derived from the grids), replays one, and equals the
+    tower's eager forward, across layouts of equal patch counts and rotary workspace growth."""
+    name, workspace, batches = drawn
+    with pytest.MonkeyPatch.context() as patches, \
+            example("real_models_encoder", encoder=name, max_context_len=workspace,
+                    image_batches=[[list(map(list, g)), s] for g, s in batches]) as ex:
+        patches.setenv("SGLANG_VIT_ENABLE_CUDA_GRAPH", "1")
+        run_encoder(ex, drawn)
+
+
+@pytest.mark.xfail(strict=True, raises=OracleFailure, reason=(
+    "finding on SGLang 0.5.23: Qwen3-VL's vision graph path (`_prepare_graph_inputs`) interpolates the position "
+    "embeddings at half-pixel centres unless --enable-precise-embedding-interpolation, where its eager forward "
+    "always takes linspace coordinates (as transformers does): with SGLANG_VIT_ENABLE_CUDA_GRAPH=1, an image whose "
+    "patch grid differs from the embedding grid (4 x 4 here; the image 4 x 8) gets other vision features"))
+def test_findings_qwen3_vl_graph_interpolates_position_embeddings_otherwise(device, monkeypatch):
+    from harness.targets.encoder.vit import VitTarget, check_images, encoder_missing
+
+    monkeypatch.setenv("SGLANG_VIT_ENABLE_CUDA_GRAPH", "1")
+    with example("real_models_findings", encoder="qwen3_vl", precise_interpolation=False):
+        if encoder_missing("qwen3_vl"):
+            pytest.skip(encoder_missing("qwen3_vl"))
+        check_images(VitTarget("qwen3_vl", precise_interpolation=False), [([(1, 4, 8)], 1)],
+                     "qwen3_vl tower, default interpolation")
+
+
 # -- --enable-deterministic-inference ----------------------------------------------------------------------------
 # the gate runs the explicit examples on the dense and the sliding-window family (seconds each: the window branch of
 # the unified extend kernel); other profiles every captured family
@@ -763,6 +843,13 @@ def replay_case(drawn: dict) -> None:
         with get_device("cpu").install("cuda"):
             run_reference(family, ([tuple(p) for p in drawn["prompts"]], drawn["chunks"], drawn["decode_steps"],
                                    drawn.get("tie_word_embeddings")))
+        return
+    if "encoder" in drawn:  # an encoder example (test_encoder_graphs_match_eager)
+        batches = [([tuple(g) for g in grids], seed) for grids, seed in drawn["image_batches"]]
+        with get_device("cpu").install("cuda"), pytest.MonkeyPatch.context() as patches, \
+                example("real_models_encoder", **drawn) as ex:
+            patches.setenv("SGLANG_VIT_ENABLE_CUDA_GRAPH", "1")
+            run_encoder(ex, (drawn["encoder"], drawn.get("max_context_len"), batches))
         return
     if "batches" in drawn:  # a prefill example (test_real_model_prefill_breakable_matches_eager)
         with get_device("cpu").install("cuda"):

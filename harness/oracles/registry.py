@@ -28,6 +28,7 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "harness/oracles/eager.py",
            ("test_decode_mutants.py", "test_prefill_mutants.py", "test_prefill_padding.py",
             "test_real_model_mutants.py", "test_decode_ragged_mutants.py", "test_decode_dllm_mutants.py",
+            "test_vit_mutants.py",
             "test_eagle_draft_mutants.py")),
     Oracle("world-agreement", "the ranks of a world act as one server: each rank's placement, capture list, DP "
            "gather, vote, graph-or-eager decision and bucket are the world's arithmetic and the same on every rank",
@@ -81,7 +82,8 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            ("test_graph_break.py", "test_repro.py", "test_real_compile_mutants.py")),
     Oracle("graph-replay", "the capture made the graphs the case implies and each forward replays exactly those",
            "harness/oracles/graph_replay.py",
-           ("test_decode_mutants.py", "test_prefill_mutants.py", "test_decode_glue_mutants.py")),
+           ("test_decode_mutants.py", "test_prefill_mutants.py", "test_decode_glue_mutants.py",
+            "test_vit_mutants.py")),
     Oracle("graph-key", "a replay replays exactly the graph keyed by the batch's padded size and the LoRA variant its "
            "requests imply (\"nolora\" when none names an adapter)", "harness/oracles/graph_key.py",
            ("test_real_lora_mutants.py",)),
