@@ -62,17 +62,23 @@ def scratch_sglang(edits: Iterable[Edit], *, base: str | None = None) -> Path:
     return root
 
 
-def run_pytest(args: list[str], *, sglang_root: Path | None = None, timeout: float = 600,
-               mutant: str = "", env: dict | None = None, python: str | None = None) -> tuple[int, str]:
-    """Run pytest in a fresh process (SGLang keeps process-wide state), with `sglang_root` first on the path;
-    `python`: another environment's interpreter (default: this one)."""
+def pytest_command(args: list[str], *, sglang_root: Path | None = None, mutant: str = "", env: dict | None = None,
+                   python: str | None = None) -> tuple[list[str], dict]:
+    """The command line and environment `run_pytest` runs (for a caller that watches the run as it goes)."""
     environment = dict(os.environ, **(env or {}))
     paths = ([str(sglang_root)] if sglang_root else []) + [str(REPO_ROOT)]
     environment["PYTHONPATH"] = os.pathsep.join(paths + [environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     environment["HARNESS_MUTANT"] = mutant
     environment.pop("PYTEST_XDIST_WORKER", None)
     environment.pop("PYTEST_CURRENT_TEST", None)
-    command = [python or sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    return [python or sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], environment
+
+
+def run_pytest(args: list[str], *, sglang_root: Path | None = None, timeout: float = 600,
+               mutant: str = "", env: dict | None = None, python: str | None = None) -> tuple[int, str]:
+    """Run pytest in a fresh process (SGLang keeps process-wide state), with `sglang_root` first on the path;
+    `python`: another environment's interpreter (default: this one)."""
+    command, environment = pytest_command(args, sglang_root=sglang_root, mutant=mutant, env=env, python=python)
     try:
         done = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True,
                               timeout=timeout)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from harness import known_findings, registry, repro_compile
 from harness.errors import HarnessError
-from harness.mutants import REPO_ROOT, run_pytest
+from harness.mutants import REPO_ROOT, pytest_command
 from harness.evidence.trace import script_prologue
 
 RECORD_FORMAT = 1
@@ -103,6 +103,42 @@ def _wrong_output_suite(text: str) -> str:
     if re.search(r"piecewise|\bPCG\b|prefill", without_launch(text), re.I):
         return "prefill_pcg"
     return launch_suite(text) or "decode_capture"
+
+
+# The EAGLE draft worker's graph runners (CUDA and NPU), by the frames and log lines a server writes around them.
+DRAFT_RUNNER = (r"eagle_draft(?:_extend)?(?:_npu)?_(?:cuda_)?graph_runner|EAGLEDraft(?:Extend)?(?:Npu|Cuda)GraphRunner|"
+                r"Capture draft(?: extend)? (?:decode )?(?:CUDA|NPU) graph|draft_forward\b|_draft_extend_for_decode")
+# A device fault or a shape disagreement: what a draft runner that reads past its buffers or pads to the wrong
+# width raises on a GPU (the virtual device: an oracle naming the rail, slot or row, or the same error).
+DEVICE_FAULT = (r"illegal memory access|illegal instruction|index out of bounds|out of range|device-side assert|"
+                r"The size of tensor a \(\d+\) must match the size of tensor b|shape '\[[^]]*\]' is invalid|"
+                r"size mismatch|Expected size \d+ but got size")
+
+
+def _draft_test(text: str) -> tuple[str, str]:
+    """Where a draft runner's failure is searched: its NPU test under NPU words, else the CUDA one."""
+    if re.search(r"\bnpu\b|ascend|_npu_graph_runner|NpuGraphRunner", text, re.I):
+        return "suites/test_decode_npu.py", "draft"
+    return "suites/test_real_models.py", "draft"
+
+
+def _draft_or(path: Callable[[str], str]) -> Callable[[str], str]:
+    """A suite chooser that sends a log naming a draft runner's frames to the real-model suite (the draft worker's
+    graphs are driven there; its NPU test replays through that suite's `replay_case` too)."""
+    return lambda t: "real_models" if re.search(DRAFT_RUNNER, without_launch(t)) else path(t)
+
+
+def draft_evidence(text: str) -> dict:
+    """The innermost draft-runner frame the log shows ("file:line in function"), as the frame a known finding must
+    share to answer it; and the fault's own line."""
+    frames = re.findall(r'File "([^"]*(?:eagle_draft|draft_extend)[^"]*)", line (\d+), in (\w+)', text)
+    fault = re.search(r"^[^\n]*(?:" + DEVICE_FAULT + r")[^\n]*$", text, re.M | re.I)
+    evidence = {"frame": f"{frames[-1][0]}:{frames[-1][1]} in {frames[-1][2]}"} if frames else {}
+    return {**evidence, **({"fault": fault.group(0).strip()} if fault else {})}
+
+
+def _draft_select(text: str) -> tuple[str, str] | None:
+    return _draft_test(text) if re.search(DRAFT_RUNNER, without_launch(text)) else None
 
 
 def _graph_conditions(text: str) -> dict:
@@ -203,6 +239,10 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
     (("--cuda-graph-bs",), "capture_bs", lambda v: [[int(n) for n in v if n.isdigit()]] if v else None),
     (("--disable-cuda-graph-padding",), "disable_padding", lambda v: [True]),
     (("--speculative-algorithm", "--speculative-algo"), "speculative_algorithm", lambda v: v[:1] or None),
+    (("--speculative-num-steps",), "speculative_num_steps", lambda v: [_number(v)] if _number(v) else None),
+    (("--speculative-eagle-topk",), "speculative_eagle_topk", lambda v: [_number(v)] if _number(v) else None),
+    (("--speculative-num-draft-tokens",), "speculative_num_draft_tokens",
+     lambda v: [_number(v)] if _number(v) else None),
     (("--tp", "--tp-size", "--tensor-parallel-size"), "tp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--dp", "--dp-size", "--data-parallel-size"), "dp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--enable-dp-attention",), "enable_dp_attention", lambda v: [True]),
@@ -221,21 +261,28 @@ UNMODELLED = {
 }
 
 
-def strategy_names(suite: str) -> set[str]:
-    """The drawn names the suite's searched file narrows by: `narrow("name", ...)` in the strategy modules it
-    imports, plus the ones `search` passes as options (personality, decode only)."""
+def strategy_names(suite: str, path: str | None = None) -> set[str]:
+    """The drawn names the suite's searched file (`path`, default its first) narrows by: `narrow("name", ...)` in
+    the strategy modules it imports and in the suite helper modules it imports (`suites/real_common.py`), plus the
+    ones `search` passes as options (personality, decode only)."""
     names = set(SEARCH_OPTIONS.get(suite, {}))
-    source = REPO_ROOT / registry.get(suite).paths[0]
+    source = REPO_ROOT / (path or registry.get(suite).paths[0])
     if not source.exists():
         return names
-    text = source.read_text()
-    modules = set(re.findall(r"^from strategies\.(\w+) import", text, re.M))
-    for imported in re.findall(r"^from strategies import ([\w, ]+?)(?: as \w+)?$", text, re.M):
-        modules |= {name.strip() for name in imported.split(",")}
+    texts = [source.read_text()]
+    texts += [(REPO_ROOT / "suites" / f"{helper}.py").read_text()
+              for helper in re.findall(r"^from suites\.(\w+) import", texts[0], re.M)
+              if (REPO_ROOT / "suites" / f"{helper}.py").exists()]
+    modules = set()
+    for text in texts:
+        names |= set(re.findall(r'narrow\(\s*"(\w+)"', text))
+        modules |= set(re.findall(r"^from strategies\.(\w+) import", text, re.M))
+        for imported in re.findall(r"^from strategies import ([\w, ]+?)(?: as \w+)?$", text, re.M):
+            modules |= {name.strip() for name in imported.split(",")}
     for module in modules:
-        path = REPO_ROOT / "strategies" / f"{module}.py"
-        if path.exists():
-            names |= set(re.findall(r'narrow\(\s*"(\w+)"', path.read_text()))
+        module_path = REPO_ROOT / "strategies" / f"{module}.py"
+        if module_path.exists():
+            names |= set(re.findall(r'narrow\(\s*"(\w+)"', module_path.read_text()))
     return names
 
 
@@ -249,10 +296,11 @@ def architecture(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def launch_conditions(text: str, suite: str, logged: dict) -> tuple[dict, list[str]]:
-    """The conditions the launch command (and the architecture the log names) add for `suite`, beside `logged`
-    (the log's own, which win), and one note per derived value: narrows the search, or ignored and why."""
-    flags, names = launch_flags(text), strategy_names(suite)
+def launch_conditions(text: str, suite: str, logged: dict, path: str | None = None) -> tuple[dict, list[str]]:
+    """The conditions the launch command (and the architecture the log names) add for `suite` (searched in `path`,
+    default its first file), beside `logged` (the log's own, which win), and one note per derived value: narrows
+    the search, or ignored and why."""
+    flags, names = launch_flags(text), strategy_names(suite, path)
     derived, notes = {}, []
 
     def offer(name: str, values: list, source: str, why: str | None = None) -> None:
@@ -297,10 +345,10 @@ def launch_conditions(text: str, suite: str, logged: dict) -> tuple[dict, list[s
     return derived, notes
 
 
-def unread_conditions(suite: str, conditions: dict) -> list[str]:
+def unread_conditions(suite: str, conditions: dict, path: str | None = None) -> list[str]:
     """Notes on the log's own conditions that no strategy of `suite` narrows by (kept: they still decide which
     known finding matches)."""
-    names = strategy_names(suite)
+    names = strategy_names(suite, path)
     return [f"{name}={values}: from the log; no strategy of suite {suite} narrows by it (it still has to agree with "
             "a known finding's drawn values)" for name, values in conditions.items() if name not in names]
 
@@ -345,6 +393,8 @@ class Signature:
     conditions: Callable[[str], dict]
     oracles: frozenset = frozenset()  # the oracles whose failure is this signature (a known finding's must be one)
     evidence: Callable[[str], dict] | None = None  # what the log says beyond the conditions (a break's site)
+    # (file, -k expression) the search runs, where the suite's first file with all its tests is not the place
+    select: Callable[[str], tuple[str, str]] | None = None
 
 
 CAPTURE_GRAPH_FAILED = (r"Capture (cuda|npu)? ?graph failed|Piecewise CUDA Graph failed with error|"
@@ -391,7 +441,15 @@ SIGNATURES = [
                          r"capture|must be captured on a non-default stream|cudaErrorStreamCapture\w*|"
                          r"set_state_index method during capturing", re.I),
               "CUDA refused an operation while the stream was capturing (a sync, host read or seed query inside "
-              "captured code)", _capture_path, _graph_conditions, frozenset({"capture-legality"})),
+              "captured code)", _draft_or(_capture_path), _graph_conditions, frozenset({"capture-legality"}),
+              select=_draft_select),
+    Signature("draft-runner-fault",
+              re.compile(r"(?s)(?=.*(?:" + DRAFT_RUNNER + r")).*(?:" + DEVICE_FAULT + r")"),
+              "an EAGLE draft runner read or wrote past what its batch holds, or disagreed on a size, at capture "
+              "or replay (an illegal memory access, an index out of bounds, a size mismatch)",
+              lambda t: "real_models", _graph_conditions,
+              frozenset({"draft-rails", "eager-equality", "npu-graph-update", "graph-replay", "crash"}),
+              evidence=draft_evidence, select=_draft_test),
     Signature("fake-script-object", re.compile(r"FakeScriptObject"),
               "an op was handed a FakeScriptObject while torch.compile traced it (a torchbind argument, e.g. a "
               "quantised kernel's weight type, with no fake the op accepts)",
@@ -489,16 +547,21 @@ class Reading:
     conditions: dict
     evidence: dict
     notes: list
+    select: tuple[str, str] | None = None  # (file, -k expression) the search runs; None: the suite's first file
 
 
 def read(text: str) -> Reading:
     for signature in SIGNATURES:
         if signature.pattern.search(text):
             suite, conditions = signature.suite(text), signature.conditions(text)
-            derived, notes = launch_conditions(text, suite, conditions)
-            notes += unread_conditions(suite, conditions)
+            select = signature.select(text) if signature.select else None
+            path = select[0] if select else None
+            derived, notes = launch_conditions(text, suite, conditions, path)
+            notes += unread_conditions(suite, conditions, path)
+            if select:
+                notes.append(f"searching {select[0]} -k {select[1]!r}: where the harness drives that runner")
             return Reading(signature, suite, {**conditions, **derived},
-                           signature.evidence(text) if signature.evidence else {}, notes)
+                           signature.evidence(text) if signature.evidence else {}, notes, select)
     known = "\n".join(f"  {s.name}: {s.describe} (matches /{_short(s.pattern.pattern)}/)" for s in SIGNATURES)
     raise HarnessError(f"no known signature in this log. The signatures the harness knows:\n{known}\n"
                        "or pass a failure record (a line of a run's failures.jsonl)")
@@ -536,25 +599,72 @@ def known_finding(signature: Signature, suite: str, conditions: dict,
     return None
 
 
-def search(suite: str, conditions: dict, budget: float, work: Path) -> dict | None:
-    """Run the suite narrowed to `conditions` until a failure or the budget; the first failing record."""
-    seed = random.SystemRandom().randrange(2**32)
-    options = [part for name, option in SEARCH_OPTIONS.get(suite, {}).items() if conditions.get(name)
-               for part in (option, str(conditions[name][0]))]
-    run_pytest([registry.get(suite).paths[0], "-x", "-q", "--profile", "nightly", "--hypothesis-seed", str(seed),
-                "--report-dir", str(work), *options], timeout=budget,
-               env={"HARNESS_CONDITIONS": json.dumps(conditions)})
+SHRINK_GRACE = 60.0  # seconds a search lets Hypothesis shrink after its first failure (a real model's example: ~7 s)
+
+
+def _failures(work: Path) -> list[dict]:
+    """The failing records a search has written so far (failures.jsonl, else failing rows of examples.jsonl)."""
     for name in ("failures.jsonl", "examples.jsonl"):
         path = work / name
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if name == "failures.jsonl" or row.get("verdict") in ("fail", "error"):
-                    return row
-    return None
+        if not path.exists():
+            continue
+        rows = []
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line the run is still writing
+            if name == "failures.jsonl" or row.get("verdict") in ("fail", "error"):
+                rows.append(row)
+        if rows:
+            return rows
+    return []
+
+
+def _ran_examples(work: Path) -> bool:
+    path = work / "examples.jsonl"
+    return path.exists() and any('"verdict": "pass"' in line or '"verdict":"pass"' in line
+                                 for line in path.read_text().splitlines())
+
+
+def search(suite: str, conditions: dict, budget: float, work: Path,
+           select: tuple[str, str] | None = None) -> dict | None:
+    """Run the suite narrowed to `conditions` (its first file, or `select`'s file and -k expression) until a
+    failure or the budget, a fresh seed each time the profile's examples run out; once a failure is recorded,
+    Hypothesis shrinks it for `SHRINK_GRACE` seconds at most (a real model's example costs seconds each). The last
+    failing record: the smallest found."""
+    options = [part for name, option in SEARCH_OPTIONS.get(suite, {}).items() if conditions.get(name)
+               for part in (option, str(conditions[name][0]))]
+    where = [select[0], "-k", select[1]] if select else [registry.get(suite).paths[0]]
+    deadline, first, runs = time.time() + budget, None, 0
+    while time.time() < deadline and not _failures(work):  # a run draws the profile's examples; then another seed
+        runs += 1
+        seed = random.SystemRandom().randrange(2**32)
+        command, environment = pytest_command(
+            [*where, "-x", "-q", "--profile", "nightly", "--hypothesis-seed", str(seed), "--report-dir",
+             str(work), *options], env={"HARNESS_CONDITIONS": json.dumps(conditions)})
+        log = work / f"search.{runs}.log"
+        work.mkdir(parents=True, exist_ok=True)
+        with open(log, "w") as out:
+            process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+            while process.poll() is None and time.time() < deadline:
+                time.sleep(1.0)
+                if first is None and _failures(work):
+                    first = time.time()
+                    deadline = min(deadline, first + SHRINK_GRACE)
+            if process.poll() is None:
+                process.kill()  # the records are written as each example ends: nothing found so far is lost
+                process.wait()
+        if process.returncode not in (0, 1, -9) and not _failures(work):  # pytest itself failed: say so, stop
+            print(f"[repro] the search's pytest exited {process.returncode}:\n" +
+                  "\n".join(log.read_text().splitlines()[-15:]))
+            return None
+        if process.returncode == 0 and not _ran_examples(work):  # all skipped: another seed finds nothing more
+            print(f"[repro] the search ran no example (every test skipped); see {log}")
+            return None
+    found = _failures(work)
+    return found[-1] if found else None
 
 
 def _suite_of(record: dict) -> str:
@@ -644,7 +754,7 @@ def repro(path: str, budget: float, out: Path) -> int:
             return run_plan(plan, out, budget, started)
         print(f"[repro] none matches; searching suite {suite} with conditions {json.dumps(conditions)} for up "
               f"to {budget:.0f} s")
-        record = search(suite, conditions, budget, Path(tempfile.mkdtemp(prefix="harness-repro-")))
+        record = search(suite, conditions, budget, Path(tempfile.mkdtemp(prefix="harness-repro-")), reading.select)
         if record is None:
             print(f"[repro] not reproduced within {budget:.0f} s; widen the budget with --budget, or run the "
                   f"nightly profile of {registry.get(suite).paths[0]}")

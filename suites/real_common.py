@@ -7,6 +7,7 @@ import dataclasses
 
 from hypothesis import Phase, settings, strategies as st
 
+from harness.conditions import narrow
 from harness.counter import counter
 from harness.devices import get_device
 from harness.models.real import FAMILIES
@@ -37,9 +38,14 @@ def draft_examples(draw):
     window's tokens, how many the verify accepted)."""
     from harness.targets.decode.eagle_draft import DraftBatch, DraftExtendBatch
 
-    steps, topk = draw(st.integers(2, 3), label="draft steps"), draw(st.integers(1, 2), label="topk")
+    # narrowed by `python -m harness repro` to a launch command's --speculative-num-steps / -eagle-topk /
+    # -num-draft-tokens where they fall in these ranges
+    steps = draw(narrow("speculative_num_steps", st.integers(2, 3), domain=range(2, 4)), label="draft steps")
+    topk = draw(narrow("speculative_eagle_topk", st.integers(1, 2), domain=range(1, 3)), label="topk")
     scored = topk + (steps - 1) * topk * topk  # what draft_forward's score list holds
-    drafts = steps + 1 if topk == 1 else draw(st.integers(2, min(scored, 6) + 1), label="draft tokens")
+    budget = range(2, min(scored, 6) + 2)
+    drafts = steps + 1 if topk == 1 else draw(narrow("speculative_num_draft_tokens", st.sampled_from(budget),
+                                                     domain=budget), label="draft tokens")
     case = dataclasses.replace(draw(real_cases()), spec=SpecSettings(num_steps=steps, topk=topk,
                                                                      num_draft_tokens=drafts, algorithm="EAGLE"))
     tile = draw(st.sampled_from([None, 16, 64]), label="split tile")  # --enable-deterministic-inference's

@@ -97,6 +97,27 @@ def test_a_pasted_log_is_reproduced_by_search_and_replayed_standalone(tmp_path):
     assert "fails as reported" in done.stdout
 
 
+@pytest.mark.subprocess
+def test_a_draft_runner_fault_is_searched_where_the_draft_graphs_run(tmp_path):
+    """A GPU report of an illegal memory access in the EAGLE draft runner's replay, on SGLang whose runner no
+    longer zeroes the padded rows' KV slots: the search runs the draft test narrowed to the launch command's
+    speculative shape and finds the replay writing the last batch's slots; the script it writes fails the same."""
+    log = REPO_ROOT / "tests" / "repro_logs" / "draft_runner_illegal_memory_access.log"
+    root = scratch_sglang([("srt/speculative/eagle_draft_cuda_graph_runner.py", "buffers.out_cache_loc.zero_()",
+                            "pass")])
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{REPO_ROOT}")
+    done = subprocess.run([sys.executable, "-m", "harness", "repro", str(log), "--budget", "420", "--out",
+                           str(tmp_path / "out")], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    for line in done.stdout.splitlines():  # a pin of a mutant's failure does not belong in the repository
+        if "regression to pin" in line:
+            os.remove(line.split(": ", 1)[1])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "signature draft-runner-fault" in done.stdout
+    assert "searching suites/test_real_models.py -k 'draft'" in done.stdout
+    assert "[eager-equality]" in done.stdout and "KV slot" in done.stdout
+    assert "fails as reported" in done.stdout
+
+
 @pytest.mark.parametrize("log, signature", [
     ("Capture cuda graph failed: CUDA error: operation not permitted when stream is capturing",
      "cuda-capture-refused"),
@@ -237,6 +258,20 @@ REPORTS = {
         {"guard": "___check_obj_id(G['_expert_recording_enabled'], 9784864)",
          "guard kind": "global (_expert_recording_enabled)", "function": "forward_normal", "model": "qwen3_moe"},
         []),
+    # the EAGLE draft worker's runners: searched where the harness drives them, narrowed by the speculative shape
+    "draft_runner_illegal_memory_access.log": (
+        "draft-runner-fault", "real_models",
+        {"speculative_num_steps": [3], "speculative_eagle_topk": [4], "speculative_num_draft_tokens": [8]}, {},
+        ["searching suites/test_real_models.py -k 'draft'", "--speculative-num-steps 3 -> speculative_num_steps=[3]: "
+         "narrows the search", "--tp 2 -> tp_size=[2]: ignored"]),
+    "npu_draft_extend_size_mismatch.log": (
+        "draft-runner-fault", "real_models",
+        {"personality": ["npu"], "default_max_bs": [24], "speculative_num_steps": [2], "speculative_eagle_topk": [1],
+         "speculative_num_draft_tokens": [3]}, {}, ["searching suites/test_decode_npu.py -k 'draft'"]),
+    "draft_capture_host_sync.log": (
+        "cuda-capture-refused", "real_models",
+        {"speculative_num_steps": [2], "speculative_eagle_topk": [2], "speculative_num_draft_tokens": [4]}, {},
+        ["searching suites/test_real_models.py -k 'draft'"]),
     "recompile_scalar_arg.log": (
         "dynamo-recompile", "prefill_pcg", {},
         {"guard": "L['num_fused_shared_experts'] == 1", "guard kind": "local (num_fused_shared_experts)",
@@ -282,8 +317,13 @@ def test_conditions_narrow_only_by_what_the_strategies_read():
 @pytest.mark.subprocess
 def test_the_search_passes_the_personality_to_pytest(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(repro_module, "run_pytest", lambda args, **kwargs: calls.append((args, kwargs)))
-    repro_module.search("decode_capture", {"personality": ["npu"]}, 1, tmp_path)
+
+    def command(args, **kwargs):
+        calls.append((args, kwargs))
+        return [sys.executable, "-c", "pass"], dict(os.environ)
+
+    monkeypatch.setattr(repro_module, "pytest_command", command)
+    assert repro_module.search("decode_capture", {"personality": ["npu"]}, 5, tmp_path) is None
     args, kwargs = calls[0]
     assert args[-2:] == ["--personality", "npu"]
     assert json.loads(kwargs["env"]["HARNESS_CONDITIONS"]) == {"personality": ["npu"]}

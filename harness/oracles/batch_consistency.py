@@ -5,7 +5,8 @@ backend's truth; the Triton backend ignores some fields (their consumers are GPU
 fields disagree still replays equal to eager, and only the batch itself shows it. The relations, from the batch:
 
     per request (req_pool_indices, seq_lens, seq_lens_cpu, encoder_lens, extend_seq_lens, extend_prefix_lens,
-      extend_start_loc, extend_seq_lens_cpu, extend_prefix_lens_cpu, lora_ids): batch_size rows each
+      extend_start_loc, extend_seq_lens_cpu, extend_prefix_lens_cpu, lora_ids): batch_size rows each, or a static
+      buffer handed whole (the draft-extend runner's), of which the first batch_size rows are the batch's
     seq_lens_sum = sum(seq_lens)                       (padded rows at their fill value included)
     seq_lens_cpu = seq_lens, row for row               (the host mirror a GPU backend plans from)
     positions: as many rows as input_ids
@@ -57,8 +58,11 @@ def relations(batch) -> list[str]:
         return broken
     fields = {name: _values(getattr(batch, name, None)) for name in PER_REQUEST}
     for name, rows in fields.items():
-        if rows is not None and len(rows) != bs:
+        if rows is not None and len(rows) < bs:
             broken.append(f"`{name}` has {len(rows)} rows, the batch {bs} requests")
+    # a runner may hand a static buffer whole (the draft-extend runner's view: `req_pool_indices`, `seq_lens`,
+    # `seq_lens_cpu` at the largest captured size), of which the backend reads the batch's rows
+    fields = {name: rows if rows is None else rows[:bs] for name, rows in fields.items()}
     seq_lens, mirror = fields["seq_lens"], fields["seq_lens_cpu"]
     total = getattr(batch, "seq_lens_sum", None)
     if seq_lens is not None and isinstance(total, int) and total != sum(seq_lens):
