@@ -342,7 +342,7 @@ def run_encoder(ex, drawn) -> None:
     ex.note("graphs", len(target.runner.block_graphs))
 
 
-@suite_settings(gate_examples=4, shrink_in_gate=False)
+@suite_settings(gate_examples=2, shrink_in_gate=False)
 @hypothesis_example(drawn=ENCODER_EXAMPLES[1])
 @hypothesis_example(drawn=ENCODER_EXAMPLES[0])
 @given(drawn=encoder_examples())
