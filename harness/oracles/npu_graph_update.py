@@ -43,8 +43,8 @@ def runner_updates(runner) -> dict | None:
     return None if graphs is None else {key: list(graph.updates) for key, graph in graphs.items()}
 
 
-# The EAGLE draft worker's NPU runners update under the MLA name whatever the architecture (their `attr_name` map's
-# MLA entry, which both `EAGLEDraftNpuGraphRunner` and the extend's literal name)
+# The EAGLE draft worker's NPU runners update under this name whatever the architecture: the draft runner takes its
+# `attr_name` map's MLA entry, the draft-extend runner names it literally
 DRAFT_UPDATE_NAME = "actual_seq_lengths_kv"
 
 

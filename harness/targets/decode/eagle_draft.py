@@ -21,6 +21,11 @@ A draft-extend batch is what `prepare_for_draft_extend` and `ForwardBatch.init_n
 request its prefix before the verify window, the window's `num_draft_tokens` tokens (slots past the prefix, where
 the verify wrote), the target's hidden state per token, how many tokens it accepted (`select_index`: the last one).
 
+Under the virtual device's npu personality (`personality="npu"`) the runners are SGLang's NPU subclasses
+(`EAGLEDraftNpuGraphRunner`, `EAGLEDraftExtendNpuGraphRunner`, what the worker picks on an NPU), replaying through
+the platform's `NPUCudaGraphBackend`; each replay is also held to the host-side lengths it rebinds its graph with
+(`npu-graph-update`).
+
 Checks (`check_draft_replay`): the replay's draft tree (parents, selected indices, tokens) equals eager
 `draft_forward` of the same worker on a fresh `TritonMultiStepDraftBackend` over the same cache, and the KV each
 leaves in the draft slots agrees; the per-step KV rails the graph reads (`kv_indptr`, `cuda_graph_kv_indices` of the
@@ -449,7 +454,7 @@ def _updates_checked(runner, expected, requests: int, where: str):
     elsewhere nothing."""
     from harness.oracles.npu_graph_update import check_update_devices, check_updates, runner_updates, updates_since
 
-    before = runner_updates(runner) if target_is_npu(runner) else None
+    before = runner_updates(runner) if replays_through_npu_backend(runner) else None
     yield
     if before is not None:
         padded = min(s for s in runner.capture_bs if s >= requests)
@@ -458,7 +463,7 @@ def _updates_checked(runner, expected, requests: int, where: str):
                       f"{requests} request(s) padded to {padded}", requests, runner=type(runner).__name__)
 
 
-def target_is_npu(runner) -> bool:
+def replays_through_npu_backend(runner) -> bool:
     """Whether `runner` replays through SGLang's NPU graph backend (the class its platform handed it)."""
     return type(getattr(runner, "backend", None)).__name__ == "NPUCudaGraphBackend"
 

@@ -126,7 +126,12 @@ class VitTarget:
         return torch.randn(rows, 3 * PATCH * PATCH, generator=generator), torch.tensor(grids, dtype=torch.int64)
 
     def graph_forward(self, x, grid_thw) -> torch.Tensor:
-        with kernels(), torch.no_grad():
+        """The tower's graph path, with `SGLANG_VIT_ENABLE_CUDA_GRAPH=1` (its vision attention reads the captured
+        cu_seqlens workspace only then)."""
+        import pytest
+
+        with pytest.MonkeyPatch.context() as patches, kernels(), torch.no_grad():
+            patches.setenv("SGLANG_VIT_ENABLE_CUDA_GRAPH", "1")
             return self.tower.forward_with_cuda_graph(x, grid_thw).clone()
 
     def eager_forward(self, x, grid_thw) -> torch.Tensor:
