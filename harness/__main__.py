@@ -95,6 +95,26 @@ def oracles(options, extra: list[str]) -> int:
     return 0
 
 
+def axes(options, extra: list[str]) -> int:
+    """The settings and batch fields the targeted files read, and whether the harness draws, fixes or leaves each."""
+    from harness.axes import axes as read_axes, table
+    from harness.errors import HarnessError
+    from harness.mutants import require_sglang
+
+    try:
+        rows = read_axes(Path(require_sglang()))
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    text = table(rows)
+    if options.write:
+        Path(options.write).write_text("# Configuration axes (`python -m harness axes`)\n\n" + text)
+        print(f"wrote {len(rows)} axes to {options.write}")
+    else:
+        print(text)
+    return 0
+
+
 def targets(options, extra: list[str]) -> int:
     from harness import registry
     from harness.compat import prepare_torchvision
@@ -241,6 +261,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness") -> int:
     commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)
     commands.add_parser("targets", help="which targeted SGLang paths the installed release has").set_defaults(
         handler=targets)
+    space = commands.add_parser("axes", help="the settings and batch fields the targeted files read, and what the "
+                                             "harness does with each")
+    space.add_argument("--write", default=None, metavar="FILE", help="write the tables to FILE (e.g. docs/axes.md)")
+    space.set_defaults(handler=axes)
     table = commands.add_parser("oracles", help="the oracle registry, as docs/oracles.md's table")
     table.add_argument("--write-docs", action="store_true", help="write it into docs/oracles.md")
     table.set_defaults(handler=oracles)
