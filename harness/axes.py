@@ -32,6 +32,20 @@ NOT_DRIVEN = {
     "debug_cuda_graph": "a debugging switch that replays eagerly (the breakable backend's debug_eager)",
     "tp_group": "a process group, not a setting: the parallel-worlds suite builds real ones",
     "tp_rank": "a rank, not a setting: the parallel-worlds suite runs two",
+    **{name: "a DP-attention field: SGLang's own DP code fills it where the parallel-worlds suite serves DP "
+             "attention; the single-rank suites leave it unset"
+       for name in ("dp_padding_mode", "dp_local_start_pos", "dp_local_num_tokens", "original_global_num_tokens_cpu",
+                    "global_num_token_non_padded_cpu", "can_run_dp_prefill_cuda_graph", "can_run_dp_draft_cuda_graph",
+                    "dp_prefill_cuda_graph_max_prefix_len", "enable_dp_lm_head", "attn_tp_group",
+                    "use_world_group_for_gather")},
+    **{name: "two-batch overlap (DeepEP's two-stream split): not served off a GPU"
+       for name in ("can_run_tbo", "tbo_split_seq_index", "tbo_event_pool")},
+    **{name: "MoE expert parallelism (DeepEP and other all-to-all kernels, GPU-only): the MoE family runs SGLang's "
+             "native path without EP"
+       for name in ("moe_a2a_backend", "speculative_moe_a2a_backend", "max_ep_size", "ep_num_redundant_experts",
+                    "elastic_ep_backend", "moe_tp_size", "moe_tp_rank", "moe_dp_group")},
+    **{name: "hybrid-state (Mamba) models are not served yet (issue 31 item 4)"
+       for name in ("mamba_track_seqlens_cpu", "mamba_track_indices", "mamba_prefill_track_mask_cpu")},
 }
 SETTING_CALL = re.compile(r"get_[a-z_]+$")
 BATCH_NAMES = ("forward_batch", "batch", "fb")
