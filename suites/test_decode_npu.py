@@ -155,7 +155,6 @@ def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layo
     npu_dflash_preplanned_verify(device, personality, layout)
 
 
-
 @suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
 @hypothesis_example(drawn=PADDED_DRAFT)
 @given(drawn=draft_examples())
