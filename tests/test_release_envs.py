@@ -87,39 +87,65 @@ def test_prefill_suite_matches_bug2_history(version, tmp_path):
 # The prefill suite found a second, unrelated bug on main at 70c71ba1: with torch 2.11 (main since 2026-05-02,
 # PR #21247) Inductor reads `shape_env.var_to_hint_override`, which SGLang's AlwaysHitShapeEnv lacked until
 # 4ed698a4 (2026-06-15, PR #27343), so the piecewise graph with Inductor pieces cannot compile. 70c71ba1 must fail
-# with that crash (none of bug 1's diagnoses); 4ed698a4, with both fixes, must pass. A third real bug of 70c71ba1,
-# found by the NPU suite's `npu-graph-update` oracle: its NPUGraphRunner.execute rebinds the KV lengths of the v2
-# architectures (MiMoV2) under the v1 name `actual_seq_lengths_kv` (fixed by 4ed698a4, which calls
-# `_get_update_attr_name()`), so where the gate draws such a case it fails there too, with that diagnosis.
+# with that crash (none of bug 1's diagnoses). A third real bug of 70c71ba1, found by the NPU suite's
+# `npu-graph-update` oracle: its NPUGraphRunner.execute rebinds the KV lengths of the v2 architectures (MiMoV2)
+# under the v1 name `actual_seq_lengths_kv` (fixed by 4ed698a4, which calls `_get_update_attr_name()`).
+# A fourth, found by the same oracle once the NPU suite ran on NPU 1: every tree here updates each NPU graph from a
+# fresh thread that never sets its device, so the update runs on NPU 0 whatever NPU captured the graph (SGLang
+# fixed it in dfaf75b1, PR #30112, 2026-07-24, "bugfix for extra device memory on Ascend"). So 4ed698a4 must fail
+# with that diagnosis alone, and 4ed698a4 with #30112's two lines applied must pass.
 BUG1_DIAGNOSES = ("[hook-contract] during capture `patch_model_npu` ran 0 time(s)",
                   "torch_compile_decoration.patch_model is rebound at")
-BUG1_TREES = {"2495c02c": "bug 1", "70c71ba1": "AlwaysHitShapeEnv only", "4ed698a4": "pass"}
+UNBOUND_UPDATE = "the update worker is not bound to its runner's device"
+BUG1_TREES = {"2495c02c": "bug 1", "70c71ba1": "AlwaysHitShapeEnv", "4ed698a4": "unbound update",
+              "4ed698a4+30112": "pass"}
+NPU_DECODE_TESTS = ("test_npu_replay_matches_eager_and_updates_graph", "test_npu_padded_batch_updates_graph")
 
 
-@pytest.mark.parametrize("commit", sorted(BUG1_TREES))
-def test_gate_matches_bug1_history(commit, tmp_path):
+def _apply_30112(tree: Path) -> None:
+    """SGLang's fix dfaf75b1 (PR #30112): the graph-update thread binds the device its backend was built on."""
+    backend = tree / "python/sglang/srt/hardware_backend/npu/graph_runner/npu_cudagraph_backend.py"
+    text = backend.read_text()
+    module, update = "        self._device_module = cuda_graph_runner.device_module\n", "        def _update():\n"
+    assert text.count(module) == 1 and text.count(update) == 1, f"{backend} no longer has the lines #30112 patched"
+    backend.write_text(text.replace(module, module + "        self._device_id = self._device_module.current_device()\n")
+                       .replace(update, update + "            self._device_module.set_device(self._device_id)\n"))
+
+
+def _unbound_update(failure: dict) -> bool:
+    return failure["oracle"] == "npu-graph-update" and UNBOUND_UPDATE in failure["diagnosis"]
+
+
+@pytest.mark.parametrize("tree_name", sorted(BUG1_TREES))
+def test_gate_matches_bug1_history(tree_name, tmp_path):
     python = _python("0.5.14")
+    commit, _, fix = tree_name.partition("+")
     tree = _tree(commit, tmp_path)
+    if fix:
+        _apply_30112(tree)
     run = subprocess.run([str(python), "-m", "harness", "gate", str(tree), "--personality", "npu",
                           "--report-dir", str(tmp_path)], cwd=REPO, env=release_env(), capture_output=True,
                          text=True, timeout=1800)
     failures = failure_records(tmp_path)
-    if BUG1_TREES[commit] == "pass":
+    expect = BUG1_TREES[tree_name]
+    if expect == "pass":
         assert run.returncode == 0, run.stdout[-4000:]
         return
     assert run.returncode == 1, run.stdout[-4000:]
-    if BUG1_TREES[commit] == "bug 1":
+    if expect == "bug 1":
         assert all(d in run.stdout for d in BUG1_DIAGNOSES), run.stdout[-4000:]
         return
     assert not any(d in run.stdout for d in BUG1_DIAGNOSES), run.stdout[-4000:]
-    by_test = {f["test"].split("::")[-1]: f for f in failures}
+    npu = [f for f in failures if f["test"].split("::")[-1].split("[")[0] in NPU_DECODE_TESTS]
+    assert npu and all(_unbound_update(f) or "'actual_seq_kvlen'" in f["diagnosis"] for f in npu), npu
+    rest = {f["test"].split("::")[-1]: f for f in failures if f not in npu}
+    if expect == "unbound update":
+        assert not rest and all(_unbound_update(f) for f in npu), failures
+        return
     # the Inductor-pieces tests (the drawn one and the cache-and-compile-sizes one) meet the same finding
-    assert "test_piecewise_inductor_pieces" in by_test and set(by_test) <= {
-        "test_piecewise_inductor_pieces", "test_piecewise_inductor_cache_and_compile_sizes",
-        "test_npu_replay_matches_eager_and_updates_graph"}, failures
-    assert "has no attribute 'var_to_hint_override'" in by_test["test_piecewise_inductor_pieces"]["diagnosis"]
-    npu = by_test.get("test_npu_replay_matches_eager_and_updates_graph")
-    assert npu is None or (npu["oracle"] == "npu-graph-update" and "'actual_seq_kvlen'" in npu["diagnosis"]), npu
+    assert "test_piecewise_inductor_pieces" in rest and set(rest) <= {
+        "test_piecewise_inductor_pieces", "test_piecewise_inductor_cache_and_compile_sizes"}, failures
+    assert "has no attribute 'var_to_hint_override'" in rest["test_piecewise_inductor_pieces"]["diagnosis"]
 
 
 DECODE_SUITE = "suites/test_decode_capture.py"
