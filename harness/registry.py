@@ -103,7 +103,7 @@ SUITES: tuple[Suite, ...] = (
     ),
     Suite(
         name="real_models",
-        paths=("suites/test_real_models.py",),
+        paths=("suites/test_real_models.py", "suites/test_server_lifetime.py"),
         target="decode.real_model",
         records={"real_models": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_scheduled": Picture("batch size", "forward mode", note="replayed"),
@@ -112,6 +112,7 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_deterministic": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_draft": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_lora": Picture("batch size", "forward mode", note="replayed"),
+                 "real_models_served": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_encoder": None,
                  "real_models_reference": None,
                  "real_models_refusal": None, "real_models_findings": None},
@@ -121,7 +122,8 @@ SUITES: tuple[Suite, ...] = (
                   "srt/speculative/eagle_draft_extend_cuda_graph_runner.py", "srt/lora/lora_manager.py",
                   "srt/lora/mem_pool.py", "srt/lora/layers.py", "srt/lora/backend/triton_backend.py",
                   "srt/lora/backend/chunked_backend.py", "srt/lora/backend/torch_backend.py",
-                  "srt/multimodal/vit_cuda_graph_runner.py"),
+                  "srt/multimodal/vit_cuda_graph_runner.py", "srt/model_executor/runner/eager_runner.py",
+                  "srt/model_executor/cuda_graph_buffer_registry.py"),
     ),
     Suite(
         name="parallel_worlds",

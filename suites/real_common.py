@@ -133,3 +133,53 @@ def draft_to_drawn(case, groups, tile) -> dict:
     return {"capture_bs": list(case.capture_bs), "spec": dataclasses.asdict(case.spec),
             "draft_groups": [[dataclasses.asdict(batch) for batch in group] for group in groups],
             **({"split_tile": tile} if tile is not None else {})}
+
+
+def program_to_drawn(case, program) -> dict:
+    """A scheduler program (`harness.targets.decode.scheduled`) and its case as a record's drawn values."""
+    from harness.targets.decode.scheduled import Admit, Finish
+
+    steps = [{"admit": [list(p) for p in step.prompts]} if isinstance(step, Admit) else
+             {"finish": list(step.positions)} if isinstance(step, Finish) else {"decode": True} for step in program]
+    return {"capture_bs": list(case.capture_bs), "program": steps}
+
+
+def program_from_drawn(steps: list[dict]) -> list:
+    from harness.targets.decode.scheduled import Admit, Decode, Finish
+
+    return [Admit(tuple(tuple(p) for p in step["admit"])) if "admit" in step else
+            Finish(tuple(step["finish"])) if "finish" in step else Decode() for step in steps]
+
+
+def served_program_to_drawn(case, program) -> dict:
+    """A served server's capacity and the steps played on it (`test_server_lifetime.py`)."""
+    return {**program_to_drawn(case, program), "max_running_requests": case.max_running_requests, "served": True}
+
+
+def start_served(ex, case, family):
+    """A new server at `case`'s capacity (`harness.targets.decode.served`), its capture list and `patch_model`
+    contract held to what the capacity implies (`expected_sizes`)."""
+    from harness.oracles.hooks import HookRecorder
+    from harness.oracles.patch_contract import check_patch_model_contract
+    from harness.targets.decode.served import ServedTarget
+
+    get_device("cpu").reset()
+    hooks = HookRecorder()
+    mark = counter.mark()
+    target = ServedTarget(case, family=family, hooks=hooks)
+    check_patch_model_contract(target, hooks, target.layout, graphs_captured=counter.since(mark)["num_graphs_captured"])
+    ex.note("capture_bs", target.capture_bs)
+    return target
+
+
+def run_served_program(ex, case, family, program) -> None:
+    """A recorded server lifetime played again on a new server, each step checked as the state machine checks
+    it."""
+    from harness.oracles.recompile import RecompileWatcher
+    from harness.targets.decode.scheduled import run_program
+
+    with RecompileWatcher("served real model") as watcher:
+        target = start_served(ex, case, family)
+        watcher.arm()
+        run_program(target, program, note=ex.note)
+        watcher.check("a step of the served program compiled a frame")

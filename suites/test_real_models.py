@@ -32,7 +32,8 @@ from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_eager, check_replays
 from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 from suites.real_common import DETERMINISTIC_DRAFT, GATE_EXPLICIT_ONLY, MAX_REQUESTS, MAX_SEQ_LEN, PADDED_DRAFT, \
-    draft_batch, draft_examples, draft_to_drawn, real_cases, run_draft
+    draft_batch, draft_examples, draft_to_drawn, program_from_drawn, program_to_drawn, real_cases, run_draft, \
+    run_served_program
 
 
 
@@ -793,17 +794,6 @@ def scheduled_programs(draw):
     return case, program
 
 
-def _program_to_drawn(case, program) -> dict:
-    steps = [{"admit": [list(p) for p in step.prompts]} if isinstance(step, Admit) else
-             {"finish": list(step.positions)} if isinstance(step, Finish) else {"decode": True} for step in program]
-    return {"capture_bs": list(case.capture_bs), "program": steps}
-
-
-def _program_from_drawn(steps: list[dict]) -> list:
-    return [Admit(tuple(tuple(p) for p in step["admit"])) if "admit" in step else
-            Finish(tuple(step["finish"])) if "finish" in step else Decode() for step in steps]
-
-
 def run_scheduled(ex, case, family, program):
     get_device("cpu").reset()
     hooks = HookRecorder()
@@ -835,7 +825,7 @@ def test_scheduled_batches_replay_matches_eager(family, drawn, device):
     """Decode batches from SGLang's own ScheduleBatch (admissions, finishes, merges): each decode step replayed
     and checked as a staged batch is, or refused by the runner where the case says no captured size holds it."""
     case, program = drawn
-    with example("real_models_scheduled", family=family, **_program_to_drawn(case, program)) as ex:
+    with example("real_models_scheduled", family=family, **program_to_drawn(case, program)) as ex:
         reason = real_model.family_missing(family) or scheduled.missing()
         if reason:
             pytest.skip(reason)
@@ -879,9 +869,14 @@ def replay_case(drawn: dict) -> None:
         with get_device("cpu").install(personality), example(record, **drawn) as ex:
             run_draft(ex, case, groups, split_tile=drawn.get("split_tile"), personality=personality)
         return
+    if "program" in drawn and drawn.get("served"):  # a server's lifetime (test_server_lifetime.py)
+        case = dataclasses.replace(case, max_running_requests=drawn["max_running_requests"])
+        with get_device("cpu").install("cuda"), example("real_models_served", **drawn) as ex:
+            run_served_program(ex, case, family, program_from_drawn(drawn["program"]))
+        return
     if "program" in drawn:  # a scheduler-built example (test_scheduled_batches_replay_matches_eager)
         with get_device("cpu").install("cuda"), example("real_models_scheduled", **drawn) as ex:
-            run_scheduled(ex, case, family, _program_from_drawn(drawn["program"]))
+            run_scheduled(ex, case, family, program_from_drawn(drawn["program"]))
         return
     if "lora_backend" in drawn:  # a LoRA example (test_real_model_lora_replay_matches_eager_and_merged_adapters)
         case = dataclasses.replace(case, record_nolora_graph=bool(drawn.get("record_nolora_graph")))

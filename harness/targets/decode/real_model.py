@@ -312,6 +312,11 @@ class RealModelTarget(v0_5_14.Target):
         one, e.g. the torch reference)."""
         return self.run_eager(self.forward_batch(batch), attn_backend or self.eager_attn_backend, forward)
 
+    def serve_eager(self, fb, where: str):
+        """A forward the server runs eager (a prefill, a decode batch no captured size holds): here the model on
+        the eager backend, apart from the runner's (`served.ServedTarget` serves it through SGLang's dispatch)."""
+        return self.run_eager(fb, self.eager_attn_backend)
+
     def run_eager(self, fb, backend, forward=None):
         """The model's forward (or `forward`) on the ForwardBatch `fb`, no graph, on `backend`."""
         from harness.targets.sglang_plumbing import forward_context

@@ -268,7 +268,8 @@ class Scheduler:
             before = pools.snapshot()  # over the latent pool: its prefill is held by the decode steps alone
             reference = target.run_eager(self.forward_batch(batch), target.reference_attn_backend).next_token_logits
             pools.restore(before)
-        logits = target.run_eager(self.forward_batch(batch), target.eager_attn_backend).next_token_logits
+        logits = target.serve_eager(self.forward_batch(batch), f"the prefill of {[len(p) for p in prompts]}-token "
+                                    "prompts").next_token_logits
         if reference is not None:
             eager_matches_reference(logits, reference, f"the prefill of {[len(p) for p in prompts]}-token prompts")
         self.advance(batch, logits.argmax(-1))
@@ -386,38 +387,62 @@ def servable(target, batch_size: int) -> bool:
     return batch_size <= max(target.capture_bs)
 
 
+class ProgramPlayer:
+    """Plays scheduler steps on `target` one at a time (see the module docstring): a drawn program's
+    (`run_program`), or a state machine's rules, each step checked as it runs."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.scheduler, self.alone = Scheduler(target), Alone(target)
+        self.steps: list[tuple[str, int]] = []  # the decode steps: (verdict, batch size)
+
+    @property
+    def running(self) -> int:
+        running = self.scheduler.running
+        return 0 if running is None else len(running.reqs)
+
+    def play(self, index: int, step) -> None:
+        if isinstance(step, Admit):
+            self.alone.admit(self.scheduler.admit(step.prompts))
+        elif isinstance(step, Finish):
+            self.alone.finish(self.scheduler.finish(step.positions))
+        elif isinstance(step, Decode):
+            self.decode(index)
+        else:
+            raise TypeError(f"unknown program step {step!r}")
+
+    def decode(self, index: int) -> None:
+        """One decode step of every running request: replayed where the case says a captured size holds the batch
+        ("replayed"), else refused by the runner and served eager ("eager"); every request held to itself alone."""
+        from harness.oracles.batch_invariance import check_requests_alone
+
+        target, scheduler = self.target, self.scheduler
+        batch = scheduler.prepare_decode()
+        where = (f"scheduled decode step {index} (batch of {batch.batch_size}, seq_lens {batch.seq_lens}, pool "
+                 f"rows {batch.pool_rows}, cache slots {batch.cache_slots})")
+        if servable(target, batch.batch_size):
+            logits = check_replay(target, batch, where, index)
+            self.steps.append(("replayed", batch.batch_size))
+        else:
+            if target.can_replay(batch):
+                raise OracleFailure("admission", f"{where}: the runner offers a graph for a batch of "
+                                    f"{batch.batch_size} having captured {target.capture_bs} (padding on: "
+                                    "none holds it)", batch=batch)
+            logits = target.serve_eager(target.forward_batch(batch), where).next_token_logits
+            self.steps.append(("eager", batch.batch_size))
+        reqs = scheduler.running.reqs
+        histories = [scheduler.history(req) for req in reqs]
+        check_requests_alone(logits, histories, [self.alone.step(req) for req in reqs], where,
+                             lambda i, b=batch: held_against_history(b, i, histories[i]))
+        scheduler.advance(scheduler.running, logits[:batch.batch_size].argmax(-1))
+
+
 def run_program(target, program, note: Callable[[str, Any], None] | None = None) -> list[tuple[str, int]]:
     """Play `program` on `target` (see the module docstring); returns the decode steps as (verdict, batch size):
     "replayed" or "eager" (a batch the case says no graph holds)."""
-    from harness.oracles.batch_invariance import check_requests_alone
-
-    scheduler, steps, alone = Scheduler(target), [], Alone(target)
+    player = ProgramPlayer(target)
     for index, step in enumerate(program):
-        if isinstance(step, Admit):
-            alone.admit(scheduler.admit(step.prompts))
-        elif isinstance(step, Finish):
-            alone.finish(scheduler.finish(step.positions))
-        elif isinstance(step, Decode):
-            batch = scheduler.prepare_decode()
-            where = (f"scheduled decode step {index} (batch of {batch.batch_size}, seq_lens {batch.seq_lens}, pool "
-                     f"rows {batch.pool_rows}, cache slots {batch.cache_slots})")
-            if servable(target, batch.batch_size):
-                logits = check_replay(target, batch, where, index)
-                steps.append(("replayed", batch.batch_size))
-            else:
-                if target.can_replay(batch):
-                    raise OracleFailure("admission", f"{where}: the runner offers a graph for a batch of "
-                                        f"{batch.batch_size} having captured {target.capture_bs} (padding on: "
-                                        "none holds it)", batch=batch)
-                logits = target.eager(batch).next_token_logits
-                steps.append(("eager", batch.batch_size))
-            reqs = scheduler.running.reqs
-            histories = [scheduler.history(req) for req in reqs]
-            check_requests_alone(logits, histories, [alone.step(req) for req in reqs], where,
-                                 lambda i, b=batch: held_against_history(b, i, histories[i]))
-            scheduler.advance(scheduler.running, logits[:batch.batch_size].argmax(-1))
-        else:
-            raise TypeError(f"unknown program step {step!r}")
+        player.play(index, step)
     if note is not None:
-        note("decode_steps", steps)
-    return steps
+        note("decode_steps", player.steps)
+    return player.steps

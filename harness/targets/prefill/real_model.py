@@ -169,6 +169,11 @@ class RealModelPrefillTarget(v0_5_14.Target):
 
         return {"flags": self.lora.flags(), "validate": validate}
 
+    def serve_eager(self, fb, where: str):
+        """A forward the scheduler runs eager (`decode.scheduled.Scheduler.admit`'s prefill): the model on the eager
+        backend, apart from the runner's."""
+        return self.run_eager(fb, self.eager_attn_backend)
+
     def run_eager(self, fb, backend, forward=None):
         """The model's forward (or `forward`: another model's) on `fb`, no graph, on `backend`."""
         with self.scope():

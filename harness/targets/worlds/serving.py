@@ -17,55 +17,29 @@ cache must agree.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 import traceback
 
 import torch
 
-from harness.devices.host_memory import pinned_host_memory
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.world_agreement import ITERATION_MARK
 from harness.targets.decode.base import DecodeCase
-from harness.targets.decode.real_model import KV_TOKENS, RealModelTarget, _cache_difference, kernels
+from harness.targets.decode.real_model import KV_TOKENS, _cache_difference, kernels
+from harness.targets.decode.served import ServedTarget
 from harness.targets.decode.scheduled import Scheduler
 from harness.worlds.record import IterationRecord, RankRecord, RequestRow, said
 from harness.worlds.world import Admit, Decode, Finish, WorldCase, describe
 
-MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
-EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
 
-
-class WorldTarget(RealModelTarget):
+class WorldTarget(ServedTarget):
     """See the module docstring. `checkpoint`: the folder of the family's transformers checkpoint."""
 
     def __init__(self, case: WorldCase, *, rank: int, checkpoint: str, dist_port: int) -> None:
         self.world, self.world_rank, self.checkpoint, self.dist_port = case.world, rank, checkpoint, dist_port
         decode_case = DecodeCase(capture_bs=case.capture_bs, max_running_requests=case.max_running_requests)
         super().__init__(decode_case, family=case.family)
-        runner = self.model_runner
-        runner.decode_cuda_graph_runner = self.runner
-        from harness.targets.sglang_plumbing import load
-
-        with self.scope():
-            runner.eager_runner = load(EAGER_RUNNER_MODULE, "EagerRunner")(runner)
-
-    def scope(self) -> contextlib.AbstractContextManager:
-        """The Triton interpreter, pinned host memory (the DP sync stages its counts there), and CUDA's graph rule
-        for the model runner's dispatch: `_forward_raw` asks `ForwardMode.is_cpu_graph` (DECODE only: SGLang's CPU
-        graph runner) when the runner's device is "cpu", as it is on the virtual device, where under the cuda
-        personality the runner is a CUDA graph runner, whose rule (`is_cuda_graph`: IDLE too) a GPU applies. Without
-        it an idle DP rank runs eager while its peers replay, and their collectives differ."""
-        from unittest import mock
-
-        from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
-        stack = contextlib.ExitStack()
-        stack.enter_context(kernels())
-        stack.enter_context(pinned_host_memory())
-        stack.enter_context(mock.patch.object(ForwardMode, "is_cpu_graph", ForwardMode.is_cuda_graph))
-        return stack
 
     def server_flags(self, case: DecodeCase) -> dict:
         return {**super().server_flags(case), **self.world.server_flags()}
@@ -106,31 +80,6 @@ class WorldTarget(RealModelTarget):
                                    mambaish_config=None)
         rows = KVCacheConfigurator.resolve_max_num_reqs(resolver, KV_TOKENS)
         return Pools(self.real.model_config, rows, KV_TOKENS, device, attn_tp=self.world.attn_tp)
-
-    def _runner_double(self, case: DecodeCase, device: str):
-        """SGLang's `ModelRunner`, constructor skipped, carrying the double's attributes (but not its stand-in for
-        `attn_tp_sequence_sharded`: the class's own rule applies)."""
-        from sglang.srt.distributed import parallel_state
-
-        from harness.targets.sglang_plumbing import load
-
-        double = super()._runner_double(case, device)
-        model_runner_class = load(MODEL_RUNNER_MODULE, "ModelRunner")
-        runner = model_runner_class.__new__(model_runner_class)
-        attributes = {k: v for k, v in vars(double).items() if k != "attn_tp_sequence_sharded"}
-        attributes.update(pp_group=parallel_state.get_pp_group(), prefill_cuda_graph_runner=None,
-                          decode_cuda_graph_runner=None, max_running_requests=self.pools.requests,
-                          max_total_num_tokens=KV_TOKENS, decode_attn_backend=None, support_pp=False,
-                          is_generation=True)
-        for name, value in attributes.items():
-            object.__setattr__(runner, name, value)
-        return runner
-
-    def make_model_runner(self, case: DecodeCase, device: str):
-        runner = self._model_runner
-        runner.attn_backend = self.attn_backend
-        runner.decode_attn_backend = self.attn_backend
-        return runner
 
 
 class RankServer:
