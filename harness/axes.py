@@ -44,6 +44,16 @@ NOT_DRIVEN = {
              "native path without EP"
        for name in ("moe_a2a_backend", "speculative_moe_a2a_backend", "max_ep_size", "ep_num_redundant_experts",
                     "elastic_ep_backend", "moe_tp_size", "moe_tp_rank", "moe_dp_group")},
+    **{name: "a GPU architecture or kernel-library switch (SM100, Marlin, FlashInfer TRT-LLM / MXFP4): the virtual "
+             "device runs SGLang's Triton and native paths"
+       for name in ("is_sm100", "is_marlin", "is_flashinfer_trtllm", "is_flashinfer_mxfp4",
+                    "flashinfer_trtllm_bypass")},
+    **{name: "MoE expert parallelism's joiner and dispatch (GPU all-to-all kernels): not served off a GPU"
+       for name in ("is_ep_joiner", "is_ep_scale_joiner", "joiner_skip_all_gather", "ep_dispatch_algorithm")},
+    **{name: "a LoRA server setting not drawn yet: LoRA serving draws the backend, max_loras_per_batch and the "
+             "adapters (issue 36 item 1)"
+       for name in ("lora_eviction_policy", "lora_strict_loading", "max_lora_chunk_size", "lora_use_virtual_experts",
+                    "lora_batch_layout", "experts_shared_outer_loras")},
     **{name: "hybrid-state (Mamba) models are not served yet (issue 31 item 4)"
        for name in ("mamba_track_seqlens_cpu", "mamba_track_indices", "mamba_prefill_track_mask_cpu")},
 }
