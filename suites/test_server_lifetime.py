@@ -123,5 +123,7 @@ class ServerLifetime(RuleBasedStateMachine):
 
 @pytest.mark.usefixtures("served_device")
 class TestServerLifetime(ServerLifetime.TestCase):
-    settings = settings(suite_settings(gate_examples=2, shrink_in_gate=False), stateful_step_count=12,
-                        deadline=None)
+    # the gate: two machines of up to 12 steps; nightly 40 of up to 40 (over 200 steps a family)
+    settings = settings(suite_settings(gate_examples=2, shrink_in_gate=False), deadline=None,
+                        **({"stateful_step_count": 40, "max_examples": 40}
+                           if settings.get_current_profile_name() == "nightly" else {"stateful_step_count": 12}))
