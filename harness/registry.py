@@ -113,6 +113,7 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_draft": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_lora": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_served": Picture("batch size", "forward mode", note="replayed"),
+                 "real_models_draft_prefill": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_encoder": None,
                  "real_models_reference": None,
                  "real_models_refusal": None, "real_models_findings": None},

@@ -483,6 +483,57 @@ def test_real_model_prefill_breakable_matches_eager(family, drawn, device):
 
 
 @st.composite
+def draft_prefill_examples(draw):
+    """Captured token counts, then batches of prompts (up to 24 tokens), each with two hidden-state seeds (the
+    same batch replayed on one graph with other hidden states)."""
+    vocab = FAMILIES["dense"].config["vocab_size"]
+    counts = draw(st.lists(st.sampled_from([4, 8, 16]), min_size=1, max_size=2, unique=True), label="capture_tokens")
+    prompt = st.lists(st.integers(0, vocab - 1), min_size=1, max_size=8).map(tuple)
+    batches = draw(st.lists(st.lists(prompt, min_size=1, max_size=3).map(tuple), min_size=1, max_size=2),
+                   label="batches")
+    seeds = [draw(st.lists(st.integers(0, 2 ** 16), min_size=2, max_size=2, unique=True), label="hidden seeds")
+             for _ in batches]
+    return tuple(sorted(counts)), batches, seeds
+
+
+# capture 8 and 16: 7 tokens (padded to 8), then 12 (padded to 16), each replayed with two targets' hidden states
+DRAFT_PREFILL = ((8, 16), [((5, 6, 7, 8), (9, 10, 11)), ((1, 2, 3, 4, 5, 6, 7, 8), (20, 21, 22, 23))],
+                 [[1, 2], [3, 4]])
+
+
+def run_draft_prefill(drawn) -> None:
+    from harness.targets.prefill.base import PrefillCase
+    from harness.targets.prefill.draft import check_draft_prefill, draft_target
+
+    counts, batches, seeds = drawn
+    with example("real_models_draft_prefill", capture_tokens=list(counts),
+                 batches=[[list(p) for p in b] for b in batches], hidden_seeds=seeds) as ex:
+        try:
+            with RecompileWatcher("EAGLE draft prefill forward") as watcher:
+                target = draft_target(PrefillCase(backend="breakable", capture_tokens=counts))
+                watcher.arm()
+                verdicts = [check_draft_prefill(target, prompts, pair, index)
+                            for index, (prompts, pair) in enumerate(zip(batches, seeds))]
+                watcher.check("a draft prefill replay compiled a frame")
+        except PathMissing as missing:
+            pytest.skip(str(missing))
+        ex.note("prefills", verdicts)
+        ex.note("replayed", [("EXTEND", sum(len(p) for p in b)) for b, v in zip(batches, verdicts)
+                             if "replayed" in v])
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=DRAFT_PREFILL)
+@given(drawn=draft_prefill_examples())
+def test_eagle_draft_prefill_replays_match_eager(drawn, device):
+    """The EAGLE draft model's prefill through the draft worker's breakable prefill runner
+    (`harness/targets/prefill/draft.py`): each batch replayed twice with different target hidden states, each
+    replay against the draft model's eager forward on the same hidden states, eager against torch-native attention,
+    the KV caches, graphs offered exactly where a captured count holds the batch, no recompile."""
+    run_draft_prefill(drawn)
+
+
+@st.composite
 def prefill_lora_examples(draw):
     """A prefill example (`prefill_examples`) on a LoRA server: the LoRA backend (those with a prefill graph),
     `--max-loras-per-batch`, and per prompt its adapter (at most the pool's slots distinct in a batch, the base
@@ -847,6 +898,11 @@ def replay_case(drawn: dict) -> None:
                 example("real_models_encoder", **drawn) as ex:
             patches.setenv("SGLANG_VIT_ENABLE_CUDA_GRAPH", "1")
             run_encoder(ex, (drawn["encoder"], drawn.get("max_context_len"), batches))
+        return
+    if "hidden_seeds" in drawn:  # an EAGLE draft prefill example (test_eagle_draft_prefill_replays_match_eager)
+        with get_device("cpu").install("cuda"):
+            run_draft_prefill((tuple(drawn["capture_tokens"]), [tuple(tuple(p) for p in b) for b in drawn["batches"]],
+                               drawn["hidden_seeds"]))
         return
     if "batches" in drawn:  # a prefill example (test_real_model_prefill_breakable_matches_eager)
         with get_device("cpu").install("cuda"):

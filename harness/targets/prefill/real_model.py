@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import torch
 
 from harness.errors import PathMissing
-from harness.models.real import FAMILIES, missing, sliding_window_size
+from harness.models.real import DRAFT_FAMILIES, FAMILIES, missing, sliding_window_size
 from harness.models.real.pools import Pools
 from harness.oracles import OracleFailure, logits_buffer
 from harness.oracles.eager import assert_matches_eager
@@ -121,6 +121,11 @@ class RealModelPrefillTarget(v0_5_14.Target):
                                            self.kv, self.server_args, case)
         layers = [m for m in self.model.modules() if isinstance(m, RadixAttention)]
         pools.bind(runner)
+        if self.family in DRAFT_FAMILIES:  # an EAGLE draft worker's runner (`prefill/draft.py`)
+            from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+            object.__setattr__(runner, "spec_algorithm", SpeculativeAlgorithm.EAGLE)
+            object.__setattr__(runner, "is_draft_worker", True)
         for name, value in dict(
                 model_config=self.real.model_config, page_size=1, sliding_window_size=sliding_window_size(self.real),
                 prefill_attention_backend_str="triton", attention_layers=layers,
