@@ -11,7 +11,7 @@ from harness.conditions import narrow
 from harness.counter import counter
 from harness.devices import get_device
 from harness.models.real import FAMILIES
-from harness.oracles import OracleFailure
+from harness.oracles import OracleFailure, execution_context
 from harness.targets.decode.base import DecodeCase, SpecSettings
 
 MAX_REQUESTS = 8  # pool rows 1..8 (row 0: SGLang's padding row)
@@ -108,7 +108,9 @@ def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
 
     get_device("cpu").reset()
     mark = counter.mark()
-    target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
+    with execution_context.watching(f"the EAGLE draft worker's capture of {list(case.capture_bs)}") as grad:
+        target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
+    grad.check(target.model)
     captured = counter.since(mark)["num_graphs_captured"]
     expected = 2 * len(target.capture_bs)  # a draft decode and a draft extend graph a size (no rejection-sampling
     if captured != expected:               # variant is drawn)
@@ -166,7 +168,10 @@ def start_served(ex, case, family):
     get_device("cpu").reset()
     hooks = HookRecorder()
     mark = counter.mark()
-    target = ServedTarget(case, family=family, hooks=hooks)
+    with execution_context.watching(f"the start of a {family} server (eager runner warm-up, capture of "
+                                    f"{list(case.capture_bs)})") as grad:
+        target = ServedTarget(case, family=family, hooks=hooks)
+    grad.check(target.model)
     check_patch_model_contract(target, hooks, target.layout, graphs_captured=counter.since(mark)["num_graphs_captured"])
     ex.note("capture_bs", target.capture_bs)
     return target

@@ -23,6 +23,9 @@ class Oracle:
 
 
 ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
+    Oracle("execution-context", "every decoder-layer forward SGLang makes while building a server (warm-up, "
+           "capture) runs with autograd off",
+           "harness/oracles/execution_context.py", ("test_execution_context_mutants.py",)),
     Oracle("eager-equality", "a compiled or replayed output equals eager, and eager the model's closed form; "
            "padded rows hold what SGLang's registry promises",
            "harness/oracles/eager.py",
