@@ -70,7 +70,7 @@ SUITES: tuple[Suite, ...] = (
                  "decode_mrope": Picture("batch size", "forward mode", note="replayed"),
                  "decode_overlap": Picture("batch size", "forward mode", note="replayed"),
                  "decode_ragged_refusal": None, "decode_ragged_layout": None, "decode_draft_refusal": None,
-                 "decode_dllm_refusal": None,
+                 "decode_dllm_refusal": None, "decode_verify_width": None,
                  "decode_findings": None,
                  "decode_npu": Picture("batch size", "forward mode", note="replayed"), "decode_npu_contract": None,
                  "decode_npu_draft": Picture("batch size", "forward mode", note="replayed"),

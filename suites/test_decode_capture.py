@@ -56,6 +56,39 @@ def test_target_verify_replay_matches_eager(case, data, device, personality, lay
         capture_and_check(case, drawn_batches(data, case), device, personality, layout, ex)
 
 
+@suite_settings(gate_examples=4, shrink_in_gate=False)
+@given(case=decode_cases(speculative=True), data=st.data())
+def test_verify_batch_of_another_width_is_refused(case, data, device, personality, layout):
+    """A speculative worker may verify another number of tokens per request than the runner captured (SGLang's
+    adaptive speculative decoding grows and shrinks it at run time); the graphs' static buffers and attention
+    metadata hold the captured width, so such a TARGET_VERIFY batch must be refused, whatever the algorithm (the
+    runner's uniform-width rule, NGRAM's token count), and eager serves it: its logits, one row a token."""
+    width = case.tokens_per_request
+    other = data.draw(st.sampled_from([w for w in (width - 1, width + 1) if w >= 1]), label="verify width")
+    with example("decode_verify_width", personality=personality, verify_width=other, **case.drawn()) as ex:
+        skip_without_speculative(layout)
+        device.reset()
+        target = layout.make_target(case, personality=personality, device=device.torch_device)
+        size = data.draw(st.integers(1, max(target.capture_bs)), label="requests")
+        tokens = size * other
+        batch = decode.DecodeBatch(
+            input_ids=data.draw(st.lists(st.integers(0, 49), min_size=tokens, max_size=tokens), label="ids"),
+            positions=[10 + i for i in range(tokens)], seq_lens=[10 + 3 * r for r in range(size)],
+            req_pool_indices=list(range(1, size + 1)), out_cache_loc=list(range(5, 5 + tokens)),
+            forward_mode="TARGET_VERIFY",
+            draft_visibility=[[[k <= j for k in range(other)] for j in range(other)] for _ in range(size)])
+        ex.note("replayed", [])
+        if target.can_replay(batch):
+            raise OracleFailure("admission", f"the runner admits a TARGET_VERIFY batch of {size} request(s) x "
+                                f"{other} tokens having captured {width} tokens a request ({case.spec.algorithm}, "
+                                f"sizes {target.capture_bs}): its graphs' buffers and metadata hold {width}",
+                                batch=batch)
+        rows = target.eager(batch).next_token_logits.shape[0]
+        if rows != tokens:
+            raise OracleFailure("eager-equality", f"eager served the refused verify batch of {size} x {other} "
+                                f"tokens with {rows} logits rows, not one a token ({tokens})")
+
+
 @suite_settings(gate_examples=6, shrink_in_gate=False)
 @given(case=decode_cases(disable_padding=True), data=st.data())
 def test_padding_disabled_replays_only_captured_sizes(case, data, device, personality, layout):

@@ -20,7 +20,8 @@ suite must fail with the right oracle and diagnosis; clean SGLang must pass.
   Batches planned ahead: planned_replay_skips_positions / _input_ids (the pre-planned branch's re-copy).
   An mRoPE model: mrope_positions_not_copied (the registry slot never filled from the batch),
   mrope_padding_not_zeroed (its padded columns left stale, SGLang's own set edited to agree).
-  Configuration: default_capture_list_drops_max_bs, padding_switch_ignored.
+  Configuration: default_capture_list_drops_max_bs, padding_switch_ignored. Admission: verify_width_rule_dropped
+  (a verify batch of another width than the capture's admitted).
 """
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ POOL_NOT_CAPTURED = [(BASE, "        capture_bs += [num_max_requests]\n",
                       "        capture_bs += [num_max_requests - 1]\n")]
 COMPILE_OFF_BY_ONE = [(BASE, "if bs <= get_exec().graph.torch_compile_max_bs]",
                        "if bs < get_exec().graph.torch_compile_max_bs]")]
+
+# The runner's uniform-width rule dropped: a verify batch of another width than the capture's (an adaptive
+# speculative worker's) is admitted to graphs whose buffers and metadata hold the captured width (NGRAM's own token
+# count check still refuses it; the suite's other drawn algorithms are admitted)
+WIDTH_RULE_DROPPED = [(RUNNER, "and spec_info.num_tokens_per_req != self.captured_req_width",
+                       "and spec_info.num_tokens_per_req != spec_info.num_tokens_per_req")]
 
 # The mode predicate every model and the runner branch on answers for another mode: graph and eager agree, so only
 # eager held to the model's closed form fails.
@@ -216,6 +223,11 @@ MUTANTS = {
         edits=DEFAULT_LIST_DROPS_MAX,
         oracle="hook-contract",
         texts=["default decode capture list", "ending at"]),
+    "verify_width_rule_dropped": Mutant(
+        test=f"{SUITE}::test_verify_batch_of_another_width_is_refused",
+        edits=WIDTH_RULE_DROPPED,
+        oracle="admission",
+        texts=["the runner admits a TARGET_VERIFY batch", "tokens having captured"]),
     "padding_switch_ignored": Mutant(
         test=PADDING,
         edits=PADDING_SWITCH_IGNORED,

@@ -217,6 +217,11 @@ class DecodeBatch:
             mrope_positions=None if self.mrope_positions is None else tensor(self.mrope_positions),
         )
 
+    def width(self, spec: SpecSettings) -> int:
+        """Tokens per request of this verify batch: its own (an adaptive speculative worker may verify another count
+        than the runner captured), the configured draft tokens for a batch of no requests."""
+        return len(self.input_ids) // self.batch_size if self.batch_size else spec.num_draft_tokens
+
     def verify_input(self, device: str, spec: SpecSettings):
         """SGLang's own verify input for this batch (`EagleVerifyInput`, `NgramVerifyInput`), as the worker's
         prepare-for-verify builds it (the retrieve_* tree tensors feed only the sampling kernel after the forward,
@@ -233,7 +238,7 @@ class DecodeBatch:
             return DFlashVerifyInput(
                 draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
                 positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
-                draft_token_num=spec.num_draft_tokens,
+                draft_token_num=self.width(spec),
                 custom_mask=torch.tensor(self.custom_mask(), dtype=torch.bool, device=device))
         if spec.algorithm == "NGRAM":
             if self.forward_mode == "IDLE":
@@ -245,7 +250,7 @@ class DecodeBatch:
                 draft_token=torch.tensor(self.input_ids, dtype=torch.int64, device=device),
                 positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
                 retrieve_index=None, retrieve_next_token=None, retrieve_next_sibling=None,
-                draft_token_num=spec.num_draft_tokens,
+                draft_token_num=self.width(spec),
                 **{mask: torch.tensor(self.custom_mask(), dtype=torch.bool, device=device)})
         if self.forward_mode == "IDLE":
             if "device" not in inspect.signature(EagleVerifyInput.create_idle_input).parameters:
@@ -257,7 +262,7 @@ class DecodeBatch:
             custom_mask=torch.tensor(self.custom_mask(), dtype=torch.bool, device=device),
             positions=torch.tensor(self.positions, dtype=torch.int64, device=device),
             retrieve_index=None, retrieve_next_token=None, retrieve_next_sibling=None, retrieve_cum_len=None,
-            spec_steps=spec.num_steps, topk=spec.topk, draft_token_num=spec.num_draft_tokens,
+            spec_steps=spec.num_steps, topk=spec.topk, draft_token_num=self.width(spec),
             capture_hidden_mode=CaptureHiddenMode.FULL if spec.captures_hidden else CaptureHiddenMode.NULL,
             seq_lens_sum=int(sum(self.seq_lens)),
             seq_lens_cpu=torch.tensor(self.seq_lens, dtype=torch.int64))
