@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout; site-packages when installed from the wheel
+from harness.checkout import REPO_ROOT
+
 # What runs the suites, the self-tests or mutant and bisect runs from the checkout (its pytest configuration,
 # conftest.py, tests/, requirements/); the wheel (docs/ci.md) carries the plugin and `targets`, `oracles`.
 NEEDS_CHECKOUT = ("campaign", "gate", "selftest", "repro", "mutate", "bisect")

@@ -11,13 +11,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 
+from harness.checkout import REPO_ROOT
 from harness.errors import HarnessError
 from harness.versions import require_sglang
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 Edit = tuple[str, str, str]  # (path inside the sglang package, old text, new text)
 DEVICE_VARIABLE = "HARNESS_SELFTEST_DEVICE"  # the device mutant runs drive (default: the cpu virtual device)
 

@@ -14,10 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.checkout import REPO_ROOT
 from harness.record import read_records
 from harness.versions import parse
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 RELEASE_LIST = REPO / "requirements" / "releases.txt"
 ENVS_VARIABLE = "HARNESS_RELEASE_ENVS"
 SUITE = "suites/test_prefill_pcg.py"

@@ -13,11 +13,11 @@ import os
 import subprocess
 from pathlib import Path
 
+from harness.checkout import REPO_ROOT
 from harness.registry import coverage_rows
 
 LINE_TESTS = "line_tests.json"  # beside the data file: file -> line -> the test items that executed it
 LINE_TESTS_FORMAT = 1
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def row_labels(targets) -> dict[str, str]:

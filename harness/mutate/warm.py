@@ -31,9 +31,9 @@ import time
 import warnings
 from pathlib import Path
 
+from harness.checkout import REPO_ROOT
 from harness.errors import HarnessError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 NEVER_WARM = ("sglang", "sgl_kernel", "torch_npu", "torchair", "torchvision", "harness", "suites", "tests",
               "conftest", "__main__", "_cython_")
 

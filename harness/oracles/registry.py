@@ -8,9 +8,10 @@ Regenerate that table after an edit: `python -m harness oracles --write-docs`.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "oracles.md"
+from harness.checkout import REPO_ROOT
+
+DOCS = REPO_ROOT / "docs" / "oracles.md"
 BEGIN, END = "<!-- oracle-table:begin -->", "<!-- oracle-table:end -->"
 
 

@@ -39,15 +39,16 @@ import sys
 import tempfile
 import types
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
+from harness.checkout import REPO_ROOT
 from harness.errors import HarnessError
 from harness.oracles import OracleFailure
 
 ORACLE = "npu-standin-contract"
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 PIN_FILE = REPO / "requirements" / "torch-npu.txt"
 CACHE_VARIABLE = "HARNESS_WHEEL_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "sglang-harness" / "wheels"
