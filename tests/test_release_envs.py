@@ -176,7 +176,7 @@ def test_decode_suite_drives_the_pre14_runner(version, personality, tmp_path):
     assert {r["suite"] for r in speculative} == {"decode_target_verify", "decode_planned", "decode_ragged_verify",
                                                  "decode_ragged_refusal", "decode_ragged_layout", "decode_draft_verify",
                                                  "decode_draft_refusal", "decode_dllm", "decode_dllm_refusal",
-                                                 "decode_mrope", "decode_overlap"}, skipped
+                                                 "decode_mrope", "decode_overlap", "decode_verify_width"}, skipped
     assert all(f"SGLang {version}" in r["diagnosis"] and "has no" in r["diagnosis"] for r in speculative), skipped
     assert f"{len(skipped)} skipped" in result["counts"], result
     # The only failures these releases may show are the static scan's (by-value imports of rebound names outside
