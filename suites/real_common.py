@@ -139,17 +139,19 @@ def draft_to_drawn(case, groups, tile) -> dict:
 
 def program_to_drawn(case, program) -> dict:
     """A scheduler program (`harness.targets.decode.scheduled`) and its case as a record's drawn values."""
-    from harness.targets.decode.scheduled import Admit, Finish
+    from harness.targets.decode.scheduled import Admit, Finish, Mix
 
     steps = [{"admit": [list(p) for p in step.prompts]} if isinstance(step, Admit) else
+             {"mix": [list(p) for p in step.prompts]} if isinstance(step, Mix) else
              {"finish": list(step.positions)} if isinstance(step, Finish) else {"decode": True} for step in program]
     return {"capture_bs": list(case.capture_bs), "program": steps}
 
 
 def program_from_drawn(steps: list[dict]) -> list:
-    from harness.targets.decode.scheduled import Admit, Decode, Finish
+    from harness.targets.decode.scheduled import Admit, Decode, Finish, Mix
 
     return [Admit(tuple(tuple(p) for p in step["admit"])) if "admit" in step else
+            Mix(tuple(tuple(p) for p in step["mix"])) if "mix" in step else
             Finish(tuple(step["finish"])) if "finish" in step else Decode() for step in steps]
 
 

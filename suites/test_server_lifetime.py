@@ -31,7 +31,7 @@ from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets.decode import real_model, scheduled, served
 from harness.targets.decode.base import DecodeCase
-from harness.targets.decode.scheduled import Admit, Decode, Finish, ProgramPlayer
+from harness.targets.decode.scheduled import Admit, Decode, Finish, Mix, ProgramPlayer
 from suites.real_common import served_program_to_drawn, start_served
 
 MAX_PROMPT = 12
@@ -59,7 +59,7 @@ def served_device(device_name, personality):
         real_model.load()
     except PathMissing as missing:
         pytest.skip(str(missing))
-    reason = served.missing() or scheduled.missing()
+    reason = served.missing() or scheduled.missing() or scheduled.mixing_missing()
     if reason:
         pytest.skip(reason)
     found = get_device(device_name)
@@ -108,6 +108,14 @@ class ServerLifetime(RuleBasedStateMachine):
         through the server."""
         room = min(3, self.case.max_running_requests - self.player.running)
         self._play(Admit(tuple(data.draw(st.lists(PROMPT, min_size=1, max_size=room), label="prompts"))), "prefill")
+
+    @precondition(lambda self: self.player is not None and 0 < self.player.running < self.case.max_running_requests)
+    @rule(data=st.data())
+    def mixed_prefill(self, data):
+        """An iteration of mixed chunked prefill (`--enable-mixed-chunk`): new prompts prefilled in one MIXED batch
+        with every running request's decode step, through the server's eager path."""
+        room = min(2, self.case.max_running_requests - self.player.running)
+        self._play(Mix(tuple(data.draw(st.lists(PROMPT, min_size=1, max_size=room), label="prompts"))), "mixed")
 
     @precondition(lambda self: self.player is not None and self.player.running > 0)
     @rule(data=st.data())

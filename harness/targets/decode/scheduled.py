@@ -71,6 +71,14 @@ class Admit:
 
 
 @dataclasses.dataclass(frozen=True)
+class Mix:
+    """New prompts prefilled in one batch with the running requests' next decode step (`--enable-mixed-chunk`:
+    SGLang's MIXED batch); the new requests join the running ones."""
+
+    prompts: tuple[tuple[int, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Decode:
     """One decode step of every running request."""
 
@@ -408,6 +416,8 @@ class ProgramPlayer:
             self.alone.finish(self.scheduler.finish(step.positions))
         elif isinstance(step, Decode):
             self.decode(index)
+        elif isinstance(step, Mix):
+            self.mix(index, step.prompts)
         else:
             raise TypeError(f"unknown program step {step!r}")
 
@@ -435,6 +445,36 @@ class ProgramPlayer:
         check_requests_alone(logits, histories, [self.alone.step(req) for req in reqs], where,
                              lambda i, b=batch: held_against_history(b, i, histories[i]))
         scheduler.advance(scheduler.running, logits[:batch.batch_size].argmax(-1))
+
+
+    def mix(self, index: int, prompts) -> None:
+        """A mixed batch (`Scheduler.mixed_batch`) through the server's eager path: every row held to SGLang's
+        torch-native attention over the same cache, each running request's row to its decode step alone (its
+        extend kernel's window: `Alone.step(decode_window=False)`); then every request advances and the new ones
+        run on."""
+        from harness.oracles.batch_invariance import check_requests_alone
+
+        target, scheduler = self.target, self.scheduler
+        running = list(scheduler.running.reqs)
+        histories = [scheduler.history(req) for req in running]
+        batch = scheduler.mixed_batch(prompts)
+        where = (f"scheduled mixed step {index} ({[len(p) for p in prompts]}-token prompts with {len(running)} "
+                 "running request(s) decoding, MIXED)")
+        pools = target.pools
+        before = pools.snapshot()
+        reference = None
+        if not pools.mla:  # an MLA model's extend takes its MHA path, which the torch-native backend cannot run
+            reference = target.run_eager(scheduler.forward_batch(batch), target.reference_attn_backend)
+            pools.restore(before)
+        logits = target.serve_eager(scheduler.forward_batch(batch), where).next_token_logits
+        if reference is not None:
+            eager_matches_reference(logits, reference.next_token_logits, where)
+        check_requests_alone(logits[len(prompts):], histories,
+                             [self.alone.step(req, decode_window=False) for req in running], where,
+                             lambda i: f"; running request {i} of the mixed batch")
+        scheduler.advance(batch, logits.argmax(-1))
+        self.alone.admit(list(batch.reqs[:len(prompts)]))
+        scheduler.running = batch  # SGLang's next iteration merges the mixed batch back as the running one
 
 
 def run_program(target, program, note: Callable[[str, Any], None] | None = None) -> list[tuple[str, int]]:
