@@ -271,15 +271,15 @@ class Scheduler:
         new requests."""
         target, pools = self.target, self.pools
         batch = self.extend_batch(prompts)
+        where = f"the prefill of {[len(p) for p in prompts]}-token prompts"
         reference = None
         if not pools.mla:  # an MLA model's extend takes its MHA path, which the torch-native backend cannot run
             before = pools.snapshot()  # over the latent pool: its prefill is held by the decode steps alone
             reference = target.run_eager(self.forward_batch(batch), target.reference_attn_backend).next_token_logits
             pools.restore(before)
-        logits = target.serve_eager(self.forward_batch(batch), f"the prefill of {[len(p) for p in prompts]}-token "
-                                    "prompts").next_token_logits
+        logits = target.serve_eager(self.forward_batch(batch), where).next_token_logits
         if reference is not None:
-            eager_matches_reference(logits, reference, f"the prefill of {[len(p) for p in prompts]}-token prompts")
+            eager_matches_reference(logits, reference, where)
         self.advance(batch, logits.argmax(-1))
         reqs = list(batch.reqs)
         if self.running is None:
