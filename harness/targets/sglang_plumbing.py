@@ -57,6 +57,14 @@ def _free_port() -> int:
 
 
 @functools.lru_cache(maxsize=1)
+def tp_group():
+    """SGLang's TP group coordinator of this process (its `ca_comm` is state `patch_model` backs up), or None before
+    the model-parallel groups exist."""
+    from sglang.srt.distributed import parallel_state
+
+    return parallel_state.get_tp_group() if parallel_state.model_parallel_is_initialized() else None
+
+
 def ensure_tp_group() -> None:
     """A single-process gloo world and SGLang's model-parallel groups, created once per process."""
     from sglang.srt.distributed import parallel_state

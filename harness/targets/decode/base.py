@@ -17,9 +17,10 @@ from unittest import mock
 import torch
 
 from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble, visible_draft_counts
+from harness.oracles import state_at_rest
 from harness.targets.decode.overlap import shared_table
 from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
-from harness.targets.sglang_plumbing import ensure_tp_group, load
+from harness.targets.sglang_plumbing import ensure_tp_group, load, tp_group
 
 
 @dataclasses.dataclass(frozen=True)
@@ -483,7 +484,9 @@ class DecodeTarget:
         self.patch_model_seen: list = []
         t0 = time.perf_counter()
         with self._restore_patch_model(), self._compile_backend(), self._watch_patch_model(), \
-                self.construction_patches():
+                self.construction_patches(), state_at_rest.watching(
+                    self.model, f"the decode runner's capture of {list(case.capture_bs)}"
+                                f"{' with torch.compile' if case.enable_torch_compile else ''}", tp_group=tp_group()):
             kwargs = {"record_nolora_graph": True} if case.record_nolora_graph and personality == "cuda" else {}
             self.runner = self.runner_class(self.model_runner, **kwargs)
         self.capture_seconds = time.perf_counter() - t0

@@ -31,14 +31,14 @@ import torch
 from harness.errors import PathMissing
 from harness.models.real import DRAFT_FAMILIES, FAMILIES, missing, sliding_window_size
 from harness.models.real.pools import Pools
-from harness.oracles import OracleFailure, logits_buffer
+from harness.oracles import OracleFailure, logits_buffer, state_at_rest
 from harness.oracles.eager import assert_matches_eager
 from harness.targets.decode.real_model import KV_TOKENS, _cache_difference, eager_matches_reference, kernels, \
     real_model
 from harness.targets.prefill import v0_5_14
 from harness.targets.prefill.admission import padding_refusal
 from harness.targets.prefill.base import KvCache, PrefillCase
-from harness.targets.sglang_plumbing import ensure_tp_group, forward_context, load
+from harness.targets.sglang_plumbing import ensure_tp_group, forward_context, load, tp_group
 
 SHARED_OUTPUT_MODULE = "sglang.srt.model_executor.graph_shared_output"
 BACKEND_REFUSALS = {
@@ -151,7 +151,9 @@ class RealModelPrefillTarget(v0_5_14.Target):
                                shared(device=torch.device(device), max_rows=max(case.capture_tokens)))
         if v0_5_14.module_exists(v0_5_14.EAGER_RUNNER_MODULE):
             runner.eager_runner = load(v0_5_14.EAGER_RUNNER_MODULE, "EagerRunner")(runner)
-        with v0_5_14._tc_piecewise_resolution(case), self.scope():
+        with v0_5_14._tc_piecewise_resolution(case), self.scope(), state_at_rest.watching(
+                self.model, f"the prefill runner's {case.backend} capture of {list(case.capture_tokens)}",
+                tp_group=tp_group()):
             self.runner = load(v0_5_14.RUNNER_MODULE, "PrefillCudaGraphRunner")(runner)
         runner.prefill_cuda_graph_runner = self.runner
         # SGLang's caller (cuda_graph_setup) then reads free memory with empty_cache=True, and cudaFree synchronises

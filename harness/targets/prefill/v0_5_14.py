@@ -25,6 +25,7 @@ from harness.models.prefill_model import (
     HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, PrefillForConditionalGeneration,
     PrefillLoRAManagerDouble, scores,
 )
+from harness.oracles import state_at_rest
 from harness.targets import require_modules
 from harness.targets.prefill.base import (
     BACKEND_ADMISSION, CAPTURE_FAILURE_MESSAGE, CONTEXT_LIMITS, DEEPSTACK_WARMUP, EXECUTE_HIDDEN_GUARD, LORA_CAPTURE,
@@ -32,7 +33,7 @@ from harness.targets.prefill.base import (
     make_attention_backend_class,
 )
 from harness.targets.sglang_plumbing import (
-    can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context,
+    can_publish_config, ensure_tp_group, forward_context, load, publish_server_args, runtime_context, tp_group,
 )
 from harness.versions import module_exists, sglang_version
 
@@ -282,7 +283,9 @@ class Target(PrefillTarget):
         if module_exists(EAGER_RUNNER_MODULE):  # absent where ModelRunner.forward_extend runs eager itself
             EagerRunner = load(EAGER_RUNNER_MODULE, "EagerRunner")
             self.model_runner.eager_runner = EagerRunner(self.model_runner)  # its warm-up is a no-op off CUDA
-        with _tc_piecewise_resolution(case):
+        with _tc_piecewise_resolution(case), state_at_rest.watching(
+                self.model, f"the prefill runner's {case.backend} capture of {list(case.capture_tokens)}",
+                tp_group=tp_group()):
             self.runner = load(RUNNER_MODULE, "PrefillCudaGraphRunner")(self.model_runner)
         self.model_runner.prefill_cuda_graph_runner = self.runner
 

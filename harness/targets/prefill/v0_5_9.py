@@ -24,10 +24,11 @@ import torch
 
 from harness.devices import sgl_kernel_standin
 from harness.models.prefill_model import HIDDEN, NUM_LAYERS, VOCAB, PrefillForCausalLM, bind_sglang_hooks
+from harness.oracles import state_at_rest
 from harness.targets.prefill.base import (
     KvCache, Layout, PrefillTarget, build_forward_batch, make_attention_backend_class,
 )
-from harness.targets.sglang_plumbing import ensure_tp_group, load
+from harness.targets.sglang_plumbing import ensure_tp_group, load, tp_group
 from harness.targets import require_modules
 from harness.versions import module_exists
 
@@ -128,7 +129,9 @@ class Target(PrefillTarget):
                           eager_on_graph=_no_breakable)
         self.model = PrefillForCausalLM(body=case.body).to(device)
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
-        self.runner = load(RUNNER_MODULE, "PiecewiseCudaGraphRunner")(self.model_runner)
+        with state_at_rest.watching(self.model, f"the piecewise runner's capture of {list(case.capture_tokens)}",
+                                    tp_group=tp_group()):
+            self.runner = load(RUNNER_MODULE, "PiecewiseCudaGraphRunner")(self.model_runner)
         self.model_runner.piecewise_cuda_graph_runner = self.runner
 
     def _forward_batch(self, batch):
