@@ -81,7 +81,7 @@ class SGLangCoverage:
         files = {t.split("::")[0] for _, _, targets in coverage_rows().values() for t in targets}
         self.include = [str(self.root / f) for f in files]
         self.cov = coverage.Coverage(data_file=str(self.data_file), data_suffix=True, include=self.include,
-                                     config_file=False)
+                                     config_file=False, branch=True)
 
         self.durations: dict[str, float] = {}  # nodeid -> seconds (setup + call + teardown), in the controller
 
@@ -101,15 +101,18 @@ class SGLangCoverage:
         attributed to test item `nodeid`; the data file joins this run's, combined by `results()`."""
         return {"data_file": str(self.data_file), "include": list(self.include), "context": nodeid}
 
+
     def results(self) -> list[dict]:
         """Combine every process's data (and remove it) into one record per suite."""
         import coverage
 
-        combined = coverage.Coverage(data_file=str(self.data_file), include=self.include, config_file=False)
+        combined = coverage.Coverage(data_file=str(self.data_file), include=self.include, config_file=False,
+                                     branch=True)
         combined.combine(data_paths=[str(self.data_file.parent)], keep=False)
         records = []
         for suite, (_, _, targets) in coverage_rows().items():
             per_file, statements_total, covered_total = {}, 0, 0
+            branch_files, branches_total, taken_total = {}, 0, 0
             labels = row_labels(targets)
             for target in targets:
                 relative, _, function = target.partition("::")
@@ -119,18 +122,29 @@ class SGLangCoverage:
                 # coverage.py's own analysis: it maps each executed line of a multi-line statement to the
                 # statement's first line, which the raw executed lines do not
                 _, statements, _, missing, _ = combined.analysis2(os.fspath(path))
+                # branch mode: each line with more than one way out, and how many of its ways the run took
+                branch_lines = combined._analyze(os.fspath(path)).branch_stats()
                 if function:
                     lines = _function_lines(path, function)
                     if lines is None:
                         continue
                     statements = [s for s in statements if s in lines]
+                    branch_lines = {line: v for line, v in branch_lines.items() if line in lines}
                 covered = len(set(statements) - set(missing))
                 statements_total += len(statements)
                 covered_total += covered
                 per_file[labels[target]] = 100.0 * covered / max(1, len(statements))
+                branches = sum(total for total, _ in branch_lines.values())
+                taken = sum(took for _, took in branch_lines.values())
+                branches_total += branches
+                taken_total += taken
+                branch_files[labels[target]] = 100.0 * taken / max(1, branches)
             if covered_total:
                 records.append({"suite": suite, "statements": statements_total, "covered": covered_total,
-                                "percent": 100.0 * covered_total / max(1, statements_total), "files": per_file})
+                                "percent": 100.0 * covered_total / max(1, statements_total), "files": per_file,
+                                "branches": branches_total, "branches_taken": taken_total,
+                                "branch_percent": 100.0 * taken_total / max(1, branches_total),
+                                "branch_files": branch_files})
         return records
 
     def write_line_tests(self, run_id: str) -> Path:
@@ -168,7 +182,7 @@ def measuring(settings: dict | None):
     import coverage
 
     cov = coverage.Coverage(data_file=settings["data_file"], data_suffix=True, include=settings["include"],
-                            config_file=False)
+                            config_file=False, branch=True)
 
     @contextlib.contextmanager
     def block():

@@ -199,6 +199,9 @@ def render(report_dir: Path, run_id: str) -> Path | None:
         cov = coverage.get(suite)
         cov_text = (f"{cov['percent']:.1f}% ({cov['covered']}/{cov['statements']}): "
                     + ", ".join(f"{f} {p:.0f}%" for f, p in cov["files"].items())) if cov else "not measured"
+        if cov and "branch_percent" in cov:
+            cov_text += (f"; branches {cov['branch_percent']:.1f}% ({cov['branches_taken']}/{cov['branches']}): "
+                         + ", ".join(f"{f} {p:.0f}%" for f, p in cov["branch_files"].items()))
         out.append(f"<tr><td class='l'>{html.escape(suite)}</td><td>{len(rows)}</td>"
                    + "".join(f"<td>{counts[v]}</td>" for v in VERDICTS)
                    + f"<td>{sum(r.get('seconds', 0) for r in rows):.1f}</td><td class='l'>{html.escape(cov_text)}</td></tr>")

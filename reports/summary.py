@@ -85,6 +85,10 @@ def summarise(report_dir: Path, run_id: str) -> str:
         lines.append(f"coverage of SGLang's {row['suite']} code: {row['percent']:.1f}% "
                      f"({row['covered']}/{row['statements']} statements) "
                      + ", ".join(f"{f}: {p:.0f}%" for f, p in row["files"].items()))
+        if "branch_percent" in row:  # coverage.py's branch mode: the ways out of each line with several
+            lines.append(f"branches of SGLang's {row['suite']} code: {row['branch_percent']:.1f}% "
+                         f"({row['branches_taken']}/{row['branches']} branches) "
+                         + ", ".join(f"{f}: {p:.0f}%" for f, p in row["branch_files"].items()))
     if failures:
         lines.append("")
         lines.append(f"{len(failures)} failing test(s):")

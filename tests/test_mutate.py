@@ -237,6 +237,28 @@ def test_the_line_map_names_the_items_of_each_line_across_workers_and_goes_stale
     assert line_map is None and "stale: its targets_digest" in problem, problem
 
 
+def test_coverage_rows_carry_branch_figures_beside_statements(tmp_path):
+    """coverage.py's branch mode: a function run one way misses one statement and half its branches."""
+    import importlib.util
+
+    from harness.sglang_coverage import SGLangCoverage
+
+    package, report = _fake_sglang(tmp_path), tmp_path / "report"
+    report.mkdir()
+    (package / KWARGS_FILE).write_text(FAKE_TARGET.replace("def pick", "def build_torch_compile_kwargs"))
+    measuring = SGLangCoverage(str(package), report)
+    measuring.start()
+    spec = importlib.util.spec_from_file_location("fake_branches", package / KWARGS_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.build_torch_compile_kwargs(True)
+    measuring.stop()
+    row, = [r for r in SGLangCoverage(str(package), report).results() if r["suite"] == "compile_kwargs"]
+    assert (row["covered"], row["statements"]) == (3, 4)  # the def line counts
+    assert (row["branches_taken"], row["branches"], row["branch_percent"]) == (1, 2, 50.0)
+    assert row["branch_files"] == {"torch_compile.py::build_torch_compile_kwargs": 50.0}
+
+
 def _line_map(report_dir: Path, lines: dict[int, list[str]], durations: dict[str, float]) -> None:
     """A campaign's records, coverage data and a fresh line map of the installed SGLang's kwargs file."""
     from harness.sglang_coverage import LINE_TESTS, LINE_TESTS_FORMAT, harness_commit, package_version, \
