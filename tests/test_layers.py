@@ -121,3 +121,17 @@ def test_the_checker_fires_on_an_added_cycle_and_upward_arrows(tmp_path):
     assert "harness.oracles.eager -> harness.targets.decode" in arrows, arrows
     assert ("harness.targets.decode.v0_5_9 -> harness.targets.decode.v0_5_14 (a layout imports a sibling layout)"
             in arrows), arrows
+
+
+def test_oracles_do_not_probe_which_target_they_hold():
+    """An oracle reads a target through `harness.oracles.replay_target.ReplayTarget` (and the attributes every
+    target has): `getattr(target, ...)` / `hasattr(target, ...)` would be the oracles -> targets import this file
+    forbids, gone underground. Probing SGLang's own objects (`target.runner`) for a release's names stays allowed."""
+    probes = []
+    for path in sorted((REPO / "harness" / "oracles").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr") and node.args \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id == "target":
+                probes.append(f"{path.name}:{node.lineno}")
+    assert not probes, f"oracles asking which target they hold: {probes}"

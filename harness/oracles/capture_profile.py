@@ -36,7 +36,7 @@ def expected_runner_name(target) -> str:
     runner_class = type(target.runner)
     name = runner_class.__name__
     drafts_renamed = hasattr(runner_class, "_profile_runner_name")  # the release's marker
-    if getattr(target, "is_draft_worker", False) and drafts_renamed and name == "DecodeCudaGraphRunner":
+    if target.is_draft_worker and drafts_renamed and name == "DecodeCudaGraphRunner":
         return f"Draft{name}"
     return name
 

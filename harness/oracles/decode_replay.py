@@ -17,9 +17,10 @@ from harness.oracles import OracleFailure, observed
 from harness.oracles.eager import assert_matches_eager
 from harness.oracles.graph_replay import check_graph_forward, replay_delta
 from harness.oracles.patch_contract import expected_sizes
+from harness.oracles.replay_target import ReplayTarget
 
 
-def check_compiled_forwards_match_eager(target, batch_of_size: Callable, *, exact: bool) -> None:
+def check_compiled_forwards_match_eager(target: ReplayTarget, batch_of_size: Callable, *, exact: bool) -> None:
     """Each compiled forward `patch_model` yielded, called outside capture on `batch_of_size(n, lora=...)`, equals
     eager. In record mode the graph holds the eager ops of a compiled forward (Dynamo does not run under the
     recording mode), so compiled numerics are checked here, outside capture, as well."""
@@ -44,9 +45,8 @@ def by_hand(target, batch):
     return expected_output(batch.input_ids, batch.positions, batch.seq_lens, req_pool_indices=batch.pool_rows,
                            out_cache_loc=batch.cache_slots, visible_drafts=batch.visible_drafts(),
                            decode=batch.forward_mode == "DECODE", lora_scales=scales,
-                           verify_lens=getattr(batch, "verify_lens", None),
-                           input_embeds=getattr(batch, "input_embeds", None),
-                           preparation_state=getattr(batch, "preparation_state", None),
+                           verify_lens=batch.verify_lens, input_embeds=batch.input_embeds,
+                           preparation_state=batch.preparation_state,
                            mrope_positions=batch.mrope_positions)
 
 
@@ -59,7 +59,7 @@ def _wanted(batch) -> dict:
             "req_pool_indices": batch.pool_rows, "seq_lens": batch.seq_lens}
 
 
-def stale_inputs(target, batch) -> str:
+def stale_inputs(target: ReplayTarget, batch) -> str:
     """Which static input (or attention metadata) the runner holds for the batch's real rows differs from the batch:
     a diagnosis only, read after a failure, never the expectation."""
     held = {name: (target.static_buffer(name), wanted) for name, wanted in _wanted(batch).items()}
@@ -75,35 +75,32 @@ def stale_inputs(target, batch) -> str:
     if int(metadata.sum_gap) != 0:
         wrong.append(f"the attention backend was handed a seq_lens_sum {int(metadata.sum_gap)} away from the sum "
                      "of the seq_lens it was handed")
-    layout = getattr(target, "stale_layout", None)  # a ragged verify target: the layout the tier's graph reads
-    embeddings = getattr(target, "stale_embeddings", None)  # a dLLM target: the embeddings or state the graph reads
-    return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + (layout(batch) if layout else "") + \
-        (embeddings(batch) if embeddings else "")
+    return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + target.stale_layout(batch) + \
+        target.stale_embeddings(batch)
 
 
 def ragged_note(batch) -> str:
-    lens = getattr(batch, "verify_lens", None)
+    lens = batch.verify_lens
     return "" if lens is None else f" (ragged verify_lens {lens}, tier {batch.tier} of grid {list(batch.grid)})"
 
 
-def check_padding_promises(target, batch, index: int) -> None:
+def check_padding_promises(target: ReplayTarget, batch, index: int) -> None:
     """Rows past the batch in the static buffers hold what SGLang's buffer registry promises (seq_lens the
     backend's fill value; pool rows, cache slots and positions 0), up to the padded size the case implies: the
     smallest captured size that holds the batch (`patch_contract.expected_sizes`); a ragged verify target's tier
     layout is the batch's verify_lens padded and capped as SGLang's `padded_to_bucket` promises (`ragged-layout`)."""
     if not target.promises_padding:
         return
-    layout = getattr(target, "stale_layout", None)  # a ragged verify target: its tier's layout, padded rows too
-    wrong = layout(batch) if layout else ""
+    wrong = target.stale_layout(batch)  # a ragged verify target's tier layout, padded rows too
     if wrong:
         raise OracleFailure("ragged-layout", f"replay {index}: the layout the tier's graph read differs from the "
                             f"batch's padded to its tier (`padded_verify_lens`){wrong}", batch=batch)
     padded = min(s for s in expected_sizes(target.case)[0] if s >= batch.batch_size)
     width = target.case.tokens_per_request
     tokens = (batch.batch_size * width, padded * width)
-    extent = getattr(target, "padded_extent", None)  # a ragged verify target: its tier's slots and tokens
+    extent = target.padded_extent(batch)  # a ragged verify target: its tier's slots and tokens
     if extent is not None:
-        padded, stop = extent(batch)
+        padded, stop = extent
         tokens = (len(batch.input_ids), stop)
     promised = {"seq_lens": target.seq_len_fill_value(), "req_pool_indices": 0,
                 "positions": 0, "out_cache_loc": 0}
@@ -123,7 +120,7 @@ def check_padding_promises(target, batch, index: int) -> None:
                             batch=batch)
 
 
-def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bool,
+def check_replays_match_eager(target: ReplayTarget, batches, *, exact: bool, count_replays: bool,
                               replay: Callable | None = None, serve_graphs: Callable | None = None) -> None:
     """`count_replays` (a device the counter sees): each replay must also have replayed exactly one graph.
     `replay(batch, step)`: how each batch reaches the runner, returning (output, the batch whose closed form the
@@ -133,8 +130,7 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
     replay = replay or (lambda batch, step: (target.replay(batch), batch))
     for index, drawn in enumerate(batches):
         for which, batch in (("drawn", drawn), ("shifted", drawn.shifted())):
-            servable = target.expected_servable(batch) if hasattr(target, "expected_servable") else \
-                not target.case.disable_padding or batch.batch_size in expected_sizes(target.case)[0]
+            servable = target.expected_servable(batch)
             if target.can_replay(batch) != servable:
                 raise OracleFailure("eager-equality", f"the runner {'refused' if servable else 'accepted'} to "
                                     f"replay batch size {batch.batch_size} having captured {target.capture_bs}"
@@ -154,9 +150,8 @@ def check_replays_match_eager(target, batches, *, exact: bool, count_replays: bo
                     else ""
                 check_graph_forward(delta, 1, context=f"replay {index}, {which} batch of {batch.batch_size} "
                                                       f"{batch.forward_mode} request(s){beside}")
-            real = getattr(batch, "real_tokens", None)  # ragged verify: rows past the batch's tokens are the tier's
-            returned = target.returned_logits(output, batch) if hasattr(target, "returned_logits") else \
-                output.next_token_logits  # a dLLM target: full_logits, held to its contract
+            real = batch.real_tokens  # ragged verify: rows past the batch's tokens are the tier's
+            returned = target.returned_logits(output, batch)  # a dLLM target: full_logits, held to its contract
             got = (returned[:real].clone(),
                    None if output.hidden_states is None else output.hidden_states[:real].clone())
             eager = target.eager(batch)

@@ -10,7 +10,7 @@ import functools
 import inspect
 import time
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 from collections.abc import Callable
 from unittest import mock
 
@@ -154,6 +154,11 @@ class DecodeBatch:
     host_seq_lens: bool = True  # False: no CPU mirror of seq_lens (ForwardBatch.seq_lens_cpu None), as some workers
     dp_fields: bool = False  # the scheduler's DP-attention fields of one rank (its tokens, the gathered length)
     mrope_positions: list[list[int]] | None = None  # an mRoPE model's: 3 sections x tokens
+    # what variants carry (RaggedBatch, DllmBatch) and a plain decode batch has none of
+    verify_lens: ClassVar[list[int] | None] = None
+    input_embeds: ClassVar[list[list[float]] | None] = None
+    preparation_state: ClassVar[list[list[float]] | None] = None
+    real_tokens: ClassVar[int | None] = None  # rows of the output that are the batch's (None: all)
 
     @property
     def batch_size(self) -> int:
@@ -494,6 +499,7 @@ class DecodeTarget:
     # -- what a layout provides --------------------------------------------------------------------------------
     attention_backend_class = staticmethod(make_attention_backend_class)
     world_rank = 0  # this process's rank in its world (`harness.worlds`: one process per rank)
+    is_draft_worker = False  # the oracles' view: whether this target's runner serves a draft worker
 
     def attention_backend_for(self, case: DecodeCase) -> Callable:
         """The attention double's class factory for `case` (a layout may pick another for a switch)."""
@@ -644,6 +650,25 @@ class DecodeTarget:
 
     def can_replay(self, batch: DecodeBatch) -> bool:
         return self._can_run_graph(self.forward_batch(batch))
+
+    # -- what the replay oracles expect (`harness.oracles.replay_target.ReplayTarget`); variants override ------
+    def expected_servable(self, batch: DecodeBatch) -> bool:
+        """With padding a batch within the captured maximum is served; without, only a captured size."""
+        from harness.oracles.patch_contract import expected_sizes
+
+        return not self.case.disable_padding or batch.batch_size in expected_sizes(self.case)[0]
+
+    def returned_logits(self, output, batch: DecodeBatch) -> torch.Tensor:
+        return output.next_token_logits
+
+    def padded_extent(self, batch: DecodeBatch) -> tuple[int, int] | None:
+        return None
+
+    def stale_layout(self, batch: DecodeBatch) -> str:
+        return ""
+
+    def stale_embeddings(self, batch: DecodeBatch) -> str:
+        return ""
 
     def replay(self, batch: DecodeBatch):
         """Load the batch into the static buffers, replay the graph, slice the real rows: SGLang's `execute`

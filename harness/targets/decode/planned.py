@@ -75,7 +75,8 @@ class PlannedReplays:
 
     def _restaged_onto(self, planned, batch):
         """The batch a replay of marked `batch` over the staged plan of `planned` computes."""
-        restaged = {name: getattr(batch, name) for name in self.restaged() if hasattr(batch, name)}
+        carried = {field.name for field in dataclasses.fields(batch)} & {f.name for f in dataclasses.fields(planned)}
+        restaged = {name: getattr(batch, name) for name in self.restaged() if name in carried}
         return dataclasses.replace(planned, **restaged)
 
     def restaged(self) -> tuple[str, ...]:

@@ -159,7 +159,7 @@ class RaggedVerify:
     def expected_servable(self, batch) -> bool:
         """A ragged batch replays when the backend declares ragged graphs and its requests fit its tier's slots; a
         TARGET_VERIFY batch without a layout never does in compact mode; IDLE does."""
-        if getattr(batch, "verify_lens", None) is None:
+        if batch.verify_lens is None:
             return batch.forward_mode != "TARGET_VERIFY"
         return self.backend_graphs and batch.batch_size <= self.slots(batch)
 
@@ -171,7 +171,7 @@ class RaggedVerify:
         """Where the layout the tier's graph reads differs from the batch's, padded (`padded_verify_lens`): checked
         at every replay (`decode_replay.check_padding_promises`) and named in an eager-equality diagnosis."""
         captured = getattr(self.runner, "_captured_ragged_layouts", {}).get(batch.tier)
-        if captured is None or getattr(batch, "verify_lens", None) is None:
+        if captured is None or batch.verify_lens is None:
             return ""
         want = padded_verify_lens(batch.verify_lens, batch.tier, self.slots(batch), self.case.tokens_per_request)
         indptr = [sum(want[:k]) for k in range(len(want) + 1)]
