@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from harness.errors import HarnessError, PathMissing
+from harness.oracles import state_at_rest
+from harness.targets.sglang_plumbing import tp_group
 
 RUNNER_MODULE = "sglang.srt.multimodal.vit_cuda_graph_runner"
 KERNEL_MODULES = ("sglang.kernels.ops.attention.prefill_attention",)  # the vision Triton attention's kernel
@@ -127,10 +129,11 @@ class VitTarget:
 
     def graph_forward(self, x, grid_thw) -> torch.Tensor:
         """The tower's graph path, with `SGLANG_VIT_ENABLE_CUDA_GRAPH=1` (its vision attention reads the captured
-        cu_seqlens workspace only then)."""
+        cu_seqlens workspace only then); a capture it makes for a new layout is held to `state-at-rest`."""
         import pytest
 
-        with pytest.MonkeyPatch.context() as patches, kernels(), torch.no_grad():
+        with pytest.MonkeyPatch.context() as patches, kernels(), torch.no_grad(), state_at_rest.watching(
+                self.tower, f"the ViT runner's graph forward of grids {grid_thw.tolist()}", tp_group=tp_group()):
             patches.setenv("SGLANG_VIT_ENABLE_CUDA_GRAPH", "1")
             return self.tower.forward_with_cuda_graph(x, grid_thw).clone()
 
