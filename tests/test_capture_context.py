@@ -80,13 +80,15 @@ MUTANTS = {
                 "")],
         oracle="capture-context",
         texts=["out of torch.compile mode", "layers.0.act", "prefill tc_piecewise compile pass"]),
-    # ... or never switches them back: every eager forward after it runs the compile-safe forward.
+    # ... or never switches them back: every eager forward after it runs the compile-safe forward. The
+    # `state-at-rest` oracle sees it first, when the runner's construction returns (capture-context would at the
+    # first served forward).
     "fused_ops_left_in_compile_mode": Mutant(
         test=INDUCTOR_PIECES,
         edits=[(TC_PIECEWISE, "                _toggle_fused_ops(inner_model, reverse=True, num_tokens=16)",
                 "                pass")],
-        oracle="capture-context",
-        texts=["still in torch.compile mode while the harness serves", "layers.0.act"]),
+        oracle="state-at-rest",
+        texts=["prefill runner's tc_piecewise capture", "model.model.layers.0.act.is_torch_compile: False before"]),
     # The same two on decode's patch_model (`_to_torch` around its torch.compile).
     "patch_model_compiles_fused_ops_uncompiled": Mutant(
         test=DECODE_INDUCTOR,
@@ -96,8 +98,9 @@ MUTANTS = {
     "patch_model_leaves_fused_ops_in_compile_mode": Mutant(
         test=DECODE_INDUCTOR,
         edits=[(DECORATION, "            _to_torch(model, reverse=True, num_tokens=num_tokens)\n", "")],
-        oracle="capture-context",
-        texts=["still in torch.compile mode while the harness serves", "['act']"]),
+        oracle="state-at-rest",
+        texts=["decode runner's capture of [1] with torch.compile",
+               "model.act.is_torch_compile: False before, True after"]),
 }
 
 

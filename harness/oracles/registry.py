@@ -111,7 +111,7 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "harness/oracles/process_state.py", ("test_prefill_mutants.py",)),
     Oracle("state-at-rest", "a runner's capture (and its compile pass) leaves every module's dispatch state, the TP "
            "group's custom all-reduce and torch's grad, inference and dtype state as it found them",
-           "harness/oracles/state_at_rest.py", ("test_state_at_rest_mutants.py",)),
+           "harness/oracles/state_at_rest.py", ("test_state_at_rest_mutants.py", "test_capture_context.py")),
     Oracle("npu-graph-update", "each NPU replay first rebinds its graph's KV lengths, under the architecture's name, "
            "with the batch's lengths and 0 per padded request (the EAGLE draft runners': a part per draft step), "
            "from the NPU the graph was captured on", "harness/oracles/npu_graph_update.py",
