@@ -40,6 +40,7 @@ _LAZY = "_forward_method"  # a fused op's dispatch, resolved on first use
 # SGLang functions whose product is a forward installed on a module for the runner's lifetime (the piecewise
 # prefill runner compiles the model body in place: `install_torch_compiled` sets an instance `forward`)
 INSTALLERS = ("install_torch_compiled",)
+_NOT_COMPARED = object()  # `_token` of a value the snapshot leaves out
 
 
 def _token(value: Any) -> Any:
@@ -53,8 +54,6 @@ def _token(value: Any) -> Any:
         return ("callable", id(value))
     return _NOT_COMPARED
 
-
-_NOT_COMPARED = object()
 
 
 def _describe(value: Any) -> str:
@@ -128,8 +127,8 @@ def _installed(token: Any) -> bool:
 
 
 def differences(before: dict[str, Any], after: dict[str, Any], model: torch.nn.Module) -> list[str]:
-    """Every key whose value the pass changed, in words; a lazy dispatch resolved (None before) to the op's own
-    resolved forward is allowed."""
+    """Every key whose value the pass changed, in words, less what the module docstring lists as SGLang's design
+    (a lazy dispatch resolved to its own forward, an installed compiled forward, a first forward's construction)."""
     changed = []
     for key in sorted(before.keys() | after.keys()):
         was, now = before.get(key, "<absent>"), after.get(key, "<absent>")
