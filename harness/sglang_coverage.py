@@ -101,7 +101,6 @@ class SGLangCoverage:
         attributed to test item `nodeid`; the data file joins this run's, combined by `results()`."""
         return {"data_file": str(self.data_file), "include": list(self.include), "context": nodeid}
 
-
     def results(self) -> list[dict]:
         """Combine every process's data (and remove it) into one record per suite."""
         import coverage

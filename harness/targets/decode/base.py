@@ -653,7 +653,8 @@ class DecodeTarget:
 
     # -- what the replay oracles expect (`harness.oracles.replay_target.ReplayTarget`); variants override ------
     def expected_servable(self, batch: DecodeBatch) -> bool:
-        """With padding a batch within the captured maximum is served; without, only a captured size."""
+        """With padding every batch is served (the strategies draw within the captured maximum); without, only a
+        captured size."""
         from harness.oracles.patch_contract import expected_sizes
 
         return not self.case.disable_padding or batch.batch_size in expected_sizes(self.case)[0]
