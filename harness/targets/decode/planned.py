@@ -75,7 +75,7 @@ class PlannedReplays:
 
     def _restaged_onto(self, planned, batch):
         """The batch a replay of marked `batch` over the staged plan of `planned` computes."""
-        carried = {field.name for field in dataclasses.fields(batch)} & {f.name for f in dataclasses.fields(planned)}
+        carried = {field.name for field in dataclasses.fields(batch)}  # what hasattr meant before the ClassVars
         restaged = {name: getattr(batch, name) for name in self.restaged() if name in carried}
         return dataclasses.replace(planned, **restaged)
 
