@@ -247,6 +247,7 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
     (("--dp", "--dp-size", "--data-parallel-size"), "dp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--enable-dp-attention",), "enable_dp_attention", lambda v: [True]),
     (("--moe-dense-tp-size",), "moe_dense_tp_size", lambda v: [_number(v)] if _number(v) else None),
+    (("--ep", "--ep-size", "--expert-parallel-size"), "ep_size", lambda v: [_number(v)] if _number(v) else None),
     (("--enable-torch-compile",), "enable_torch_compile", lambda v: [True]),
     (("--torch-compile-max-bs",), "torch_compile_max_bs", lambda v: [_number(v)] if _number(v) else None),
     (("--chunked-prefill-size",), "chunked_prefill_size", lambda v: [_number(v)] if _number(v) else None),
@@ -255,7 +256,7 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
 # Why a condition no strategy reads cannot narrow the search here, where there is more to say than that.
 UNMODELLED = {
     "tp_size": "a world's size is its test's (2 ranks in the gate, 4 in the nightly; the single-rank suites run "
-               "one): the layout flags (--dp, --enable-dp-attention, --moe-dense-tp-size) carry the world",
+               "one): the layout flags (--dp, --enable-dp-attention, --moe-dense-tp-size, --ep-size) carry the world",
     "architecture": "the harness's tiny models stand in for every architecture",
     "chunked_prefill_size": "a bound on a batch's tokens, not a size the prefill strategies draw",
 }

@@ -5,7 +5,8 @@ iteration.
 - a world of `ranks` processes (`worlds`): plain tensor parallel or DP attention, over every rank (one
   attention-TP rank per DP rank) or over half of them (attention-TP width 2, four ranks); with or without
   `--moe-dense-tp-size 1` (without DP attention: attention's input scattered over the TP group, capture sizes
-  aligned to it); the family each world serves (`family_of`);
+  aligned to it); with or without MoE expert parallelism (`--ep-size`: the runner then publishes the real token
+  count, split over a sharded batch's attention-TP ranks); the family each world serves (`family_of`);
 - `--cuda-graph-bs` (sizes up to 8) and `--max-running-requests` (2 to 8: the request pool SGLang appends, aligned,
   when a requested size exceeds it, and the largest batch a rank may hold);
 - a program: first each attention-DP rank admits prompts or stays idle (at least one admits), then each iteration
@@ -32,7 +33,9 @@ def worlds(draw, ranks: int):
     widths = [d for d in (2, 4) if d <= ranks]
     dp = draw(narrow("dp_size", st.sampled_from(widths), domain=widths), label="dp_size") if attention else 1
     dense = draw(narrow("moe_dense_tp_size", st.sampled_from([None, 1]), domain=[None, 1]), label="moe_dense_tp_size")
-    return World(tp=ranks, dp=dp, dp_attention=attention, moe_dense_tp=dense)
+    spreads = [e for e in (1, 2, 4) if e <= ranks]
+    ep = draw(narrow("ep_size", st.sampled_from(spreads), domain=spreads), label="ep_size")
+    return World(tp=ranks, dp=dp, dp_attention=attention, moe_dense_tp=dense, ep=ep)
 
 
 def family_of(world: World) -> str:

@@ -37,8 +37,9 @@ TP_PAST_CAPTURE = WorldCase(World(tp=2), WORLD_FAMILY, (1, 2), 4, (
     (Finish((1,)),),
 ))
 # attention's input scattered over the TP group (--moe-dense-tp-size 1): captured sizes aligned to 2, the pool of 4
-# appended (6 exceeds it), 1 and 6 dropped
-SCATTERED_ATTENTION = WorldCase(World(tp=2, moe_dense_tp=1), DENSE_TP_FAMILY, (1, 2, 6), 4, (
+# appended (6 exceeds it), 1 and 6 dropped; with experts over both ranks (--ep-size 2) the replay publishes its pad
+# mask: one request padded to 2 leaves rank 0 one real token of its chunk of 1, rank 1 none
+SCATTERED_ATTENTION = WorldCase(World(tp=2, moe_dense_tp=1, ep=2), DENSE_TP_FAMILY, (1, 2, 6), 4, (
     (Admit(((5, 6, 7),)),),
     (Decode(),),
     (Admit(((8, 9),)),),

@@ -15,6 +15,10 @@ broken; clean SGLang passes the same worlds.
   1 gets rank 0's hidden states, in eager and graph alike (`transformers-reference`, naming rank 1's request).
 - capture_sizes_not_aligned: `get_batch_sizes_to_capture` keeps sizes off the attention-TP alignment: a scattered
   attention world captures a size its ranks cannot split (`world-agreement` on the capture list).
+- pad_mask_by_real_count: the buffer registry splits the real token count over the attention-TP ranks by the real
+  count instead of the padded bucket (`num_tokens_per_dp`): one request padded to 2 gives rank 0 a chunk of
+  1 // 2 = 0, so its replay publishes 0 real tokens where it holds 1 (`world-agreement`, naming rank 0 and the
+  chunk arithmetic); replay and eager share the registry's count, so only the pad-mask oracle sees it.
 - rank_one_fails_its_capture: rank 1 raises in its capture; rank 0 waits in a collective it never joins. The world
   is recorded with rank 1's error first and rank 0 killed as hung: nothing is left running (`world-rank`).
 - rank_one_skips_the_dp_sync: rank 1 skips the DP group's gather; rank 0 waits for it forever. Both are killed at
@@ -36,6 +40,7 @@ RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 DP_ATTN = "srt/managers/scheduler_components/dp_attn.py"
 DP_ATTENTION = "srt/layers/dp_attention.py"
 BASE_RUNNER = "srt/model_executor/runner/base_cuda_graph_runner.py"
+REGISTRY = "srt/model_executor/cuda_graph_buffer_registry.py"
 # the DP world up to its idle iteration (iteration 3, a prefill beside a decode, stays in for the vote mutant)
 DP_SHORT = dataclasses.replace(DP_IDLE_RANK, program=DP_IDLE_RANK.program[:4])
 
@@ -127,6 +132,23 @@ def test_capture_sizes_not_aligned_fail_at_capture(reference):
     assert failure is not None and failure.oracle in ("world-agreement", "world-rank"), failure
     assert "captured [1, 2, 4]" in failure.diagnosis or "SGLang refused a case the rules call valid" in \
         failure.diagnosis, failure.diagnosis
+
+
+def test_clean_sglang_passes_the_scattered_expert_parallel_world(reference):
+    failure, outcome = judged(SCATTERED_ATTENTION, reference)
+    assert failure is None, failure
+    assert [row.non_padded for row in outcome.records[1].iterations if row.graph] == [0, 1]
+
+
+def test_pad_mask_split_by_the_real_count_fails_naming_rank_and_chunk(reference):
+    failure, _ = judged(SCATTERED_ATTENTION, reference, [(
+        REGISTRY, "=fb.global_num_token_non_padded,\n                    num_tokens_per_dp=ctx.padded_num_tokens,",
+        "=fb.global_num_token_non_padded,\n"
+        "                    num_tokens_per_dp=int(fb.global_num_token_non_padded),")])
+    assert failure is not None and failure.oracle == "world-agreement", failure
+    assert "iteration 1 on rank 0" in failure.diagnosis and "num_token_non_padded 0 for 1 real token(s) padded " \
+        "to 2, where the rank holds 1" in failure.diagnosis and "chunk 2 // 2 = 1" in failure.diagnosis, \
+        failure.diagnosis
 
 
 def test_rank_failing_its_capture_is_named_first_and_its_peer_reaped(reference):

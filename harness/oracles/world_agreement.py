@@ -12,6 +12,8 @@ to it:
 - graph or eager: a decode (or idle) iteration replays when the vote holds and the largest count, over the DP
   group when the MLP gathers (over the rank's own batch otherwise), fits the largest captured size; the bucket is
   the smallest captured size that holds that count, the same on every rank;
+- the pad mask (with MoE expert parallelism, `World.non_padded`): a replay publishes the real token count, split
+  over the attention-TP ranks by the padded bucket when the batch is sharded (a trailing rank may own none);
 - numbers: each replay equals its eager twin (checked in the rank), and every request's next-token logits equal
   transformers' for its tokens (`transformers-reference`, the checkpoint the ranks loaded their shards of).
 `world-rank` is a rank that crashed, hung or raised (SGLang's own error, with the rank and the drawn world).
@@ -196,6 +198,7 @@ def check_iterations(case: WorldCase, records: dict, capture: list[int]) -> None
             where = f"iteration {index} on rank {rank} (attention-DP rank {dp_rank}: {row.work}) of world " \
                     f"{world.label()}, DP loads {want.counts}"
             _check_row(world, want, row, dp_rank, capture, where)
+            _check_pad_mask(world, row, rank, where)
         decisions = {rank: (row.graph, row.bucket) for rank, row in seen.items()}
         if world.mlp_tp_gather and len(set(decisions.values())) > 1:
             raise OracleFailure(AGREEMENT, f"iteration {index} of world {world.label()}: the ranks replayed "
@@ -232,6 +235,26 @@ def _check_row(world, want: Expected, row, dp_rank: int, capture: list[int], whe
     if row.replay_vs_eager:
         raise OracleFailure("eager-equality", f"{where}: the replay differs from the same batch run eager: "
                             f"{row.replay_vs_eager}")
+
+
+def _check_pad_mask(world, row, rank: int, where: str) -> None:
+    """The count a replay published for the model to mask pad rows by (`World.non_padded`), decode: a token a
+    request."""
+    if not row.graph:
+        return
+    if not world.masks_pad_rows:
+        if row.non_padded is not None:
+            raise OracleFailure(AGREEMENT, f"{where}: the runner holds a pad mask ({row.non_padded}) in a world "
+                                "without expert parallelism, which publishes none")
+        return
+    want = world.non_padded(rank, row.raw_bs, row.bucket)
+    if row.non_padded != want:
+        chunk = row.bucket // world.attn_tp if world.attn_tp_sharded else None
+        how = (f"sharded over attention-TP width {world.attn_tp}: chunk {row.bucket} // {world.attn_tp} = {chunk}, "
+               f"clamp({row.raw_bs} - {chunk} x {rank % world.attn_tp}, 0, {chunk})" if chunk is not None
+               else "replicated: the real count")
+        raise OracleFailure(AGREEMENT, f"{where}: the replay published num_token_non_padded {row.non_padded} for "
+                            f"{row.raw_bs} real token(s) padded to {row.bucket}, where the rank holds {want} ({how})")
 
 
 def check_references(case: WorldCase, records: dict, reference: Callable[[list[int]], torch.Tensor]) -> None:

@@ -51,6 +51,7 @@ class World:
     dp: int = 1
     dp_attention: bool = False
     moe_dense_tp: int | None = None  # --moe-dense-tp-size: 1 is DP-FFN (dense MLPs data parallel)
+    ep: int = 1  # --ep-size: MoE experts spread over this many ranks
 
     @property
     def ranks(self) -> int:
@@ -74,6 +75,8 @@ class World:
         flags = dict(tp_size=self.tp, dp_size=self.dp, enable_dp_attention=self.dp_attention)
         if self.moe_dense_tp is not None:
             flags["moe_dense_tp_size"] = self.moe_dense_tp
+        if self.ep != 1:
+            flags["ep_size"] = self.ep
         return flags
 
     # -- what SGLang must derive from the flags (utils/common.py's require_* rules, written out) ---------------
@@ -93,6 +96,28 @@ class World:
         return self.dp_ranks < self.tp if self.dp_attention else True
 
     @property
+    def attn_tp_sharded(self) -> bool:
+        """A padded batch's tokens are split over the attention-TP group (SGLang's `attn_tp_sequence_sharded`: it
+        holds a gathered buffer, `require_gathered_buffer`)."""
+        return self.mlp_tp_gather or self.attn_tp_gather
+
+    @property
+    def masks_pad_rows(self) -> bool:
+        """The runner publishes the real token count to the model (`enable_num_token_non_padded`): with MoE expert
+        parallelism (the other triggers, a ROCm DP-MoE mask and elastic joiners, are not drawn here)."""
+        return self.ep > 1
+
+    def non_padded(self, rank: int, real_tokens: int, bucket_tokens: int) -> int:
+        """The pad mask TP rank `rank` holds for a batch of `real_tokens` padded to `bucket_tokens`
+        (`compute_local_num_token_non_padded`): sharded, each attention-TP rank owns a contiguous chunk of
+        bucket / width tokens, the padded bucket (not the real count) setting the chunk, so it keeps
+        clamp(real - chunk x its attention-TP rank, 0, chunk); replicated, the real count."""
+        if not self.attn_tp_sharded:
+            return real_tokens
+        chunk, attn_tp_rank = bucket_tokens // self.attn_tp, rank % self.attn_tp
+        return min(max(real_tokens - chunk * attn_tp_rank, 0), chunk)
+
+    @property
     def mlp_sync(self) -> bool:
         """Ranks agree on each iteration's batch shape before the forward (SGLang's `require_mlp_sync`)."""
         return self.dp_attention or self.mlp_tp_gather or self.attn_tp_gather
@@ -101,6 +126,8 @@ class World:
         """Why these flags make no rank layout (SGLang must refuse them), or None."""
         if self.dp_attention and (self.dp > self.tp or self.tp % self.dp):
             return f"--dp {self.dp} does not divide --tp {self.tp} into attention-DP groups"
+        if self.tp % self.ep:
+            return f"--ep-size {self.ep} does not divide --tp {self.tp}"
         if not self.dp_attention and self.dp != 1:
             return f"--dp {self.dp} without DP attention is {self.dp} servers (a router's), not one world"
         return None
@@ -130,6 +157,8 @@ class World:
             parts.append(f"dp{self.dp}-attention")
         if self.moe_dense_tp is not None:
             parts.append(f"moe-dense-tp{self.moe_dense_tp}")
+        if self.ep != 1:
+            parts.append(f"ep{self.ep}")
         return " ".join(parts)
 
 
