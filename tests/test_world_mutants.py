@@ -19,6 +19,10 @@ broken; clean SGLang passes the same worlds.
   count instead of the padded bucket (`num_tokens_per_dp`): one request padded to 2 gives rank 0 a chunk of
   1 // 2 = 0, so its replay publishes 0 real tokens where it holds 1 (`world-agreement`, naming rank 0 and the
   chunk arithmetic); replay and eager share the registry's count, so only the pad-mask oracle sees it.
+- embedding_mask_compiled_static: the vocabulary-parallel embedding's compiled helper `get_masked_input_and_mask`
+  (`torch.compile(dynamic=True)`, inside SGLang's layer at TP > 1) loses `dynamic=True`: the second prefill, of
+  another length than the first, recompiles it at serve time (`no-recompile`, naming the rank, the iteration and
+  Dynamo's failing guard).
 - rank_one_fails_its_capture: rank 1 raises in its capture; rank 0 waits in a collective it never joins. The world
   is recorded with rank 1's error first and rank 0 killed as hung: nothing is left running (`world-rank`).
 - rank_one_skips_the_dp_sync: rank 1 skips the DP group's gather; rank 0 waits for it forever. Both are killed at
@@ -32,6 +36,8 @@ import pytest
 
 from harness.mutants import scratch_sglang
 from harness.oracles import OracleFailure
+from harness.worlds.world import Admit, Decode, World, WorldCase
+from strategies.worlds import WORLD_FAMILY
 from suites.test_parallel_worlds import DP_IDLE_RANK, SCATTERED_ATTENTION, run_case
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # each world: two rank processes
@@ -41,8 +47,13 @@ DP_ATTN = "srt/managers/scheduler_components/dp_attn.py"
 DP_ATTENTION = "srt/layers/dp_attention.py"
 BASE_RUNNER = "srt/model_executor/runner/base_cuda_graph_runner.py"
 REGISTRY = "srt/model_executor/cuda_graph_buffer_registry.py"
+EMBEDDING = "srt/layers/vocab_parallel_embedding.py"
 # the DP world up to its idle iteration (iteration 3, a prefill beside a decode, stays in for the vote mutant)
 DP_SHORT = dataclasses.replace(DP_IDLE_RANK, program=DP_IDLE_RANK.program[:4])
+# two eager prefills of lengths no capture compiled (3 tokens, then 4) in a TP-2 world: the vocabulary-parallel
+# embedding's compiled helper runs on each
+TP_TWO_PREFILLS = WorldCase(World(tp=2), WORLD_FAMILY, (1, 2), 4, (
+    (Admit(((5, 6), (7,))),), (Decode(),), (Admit(((8, 9, 10, 11),)),), (Decode(),)))
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +160,21 @@ def test_pad_mask_split_by_the_real_count_fails_naming_rank_and_chunk(reference)
     assert "iteration 1 on rank 0" in failure.diagnosis and "num_token_non_padded 0 for 1 real token(s) padded " \
         "to 2, where the rank holds 1" in failure.diagnosis and "chunk 2 // 2 = 1" in failure.diagnosis, \
         failure.diagnosis
+
+
+def test_clean_sglang_compiles_nothing_after_the_first_prefill_of_a_tp_world(reference):
+    failure, outcome = judged(TP_TWO_PREFILLS, reference)
+    assert failure is None, failure
+    assert [row.graph for row in outcome.records[0].iterations] == [False, True, False, False]  # 3 past capture
+
+
+def test_embedding_mask_compiled_static_recompiles_at_serve_time(reference):
+    failure, _ = judged(TP_TWO_PREFILLS, reference, [(
+        EMBEDDING, "@torch.compile(dynamic=True, backend=get_compiler_backend()",
+        "@torch.compile(dynamic=False, backend=get_compiler_backend()")])
+    assert failure is not None and failure.oracle == "no-recompile", failure
+    assert "rank 0's model" in failure.diagnosis and "iteration 2" in failure.diagnosis \
+        and "size mismatch" in str(failure.details.get("failing_guard")), (failure.diagnosis, failure.details)
 
 
 def test_rank_failing_its_capture_is_named_first_and_its_peer_reaped(reference):

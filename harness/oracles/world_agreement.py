@@ -135,13 +135,13 @@ def check_outcome(case: WorldCase, outcome) -> None:
     own = [(rank, f) for rank, f in failed if not _peer_error(f)]
     for rank, failure in own:
         raise OracleFailure(failure["oracle"], f"rank {rank} of {label}: {failure['diagnosis']}{others}",
-                            traceback=failure.get("traceback", "")[-3000:])
+                            **failure.get("details", {}), traceback=failure.get("traceback", "")[-3000:])
     for rank, text in sorted(outcome.crashed.items()):
         raise OracleFailure(RANK, f"rank {rank} of {label} died without a record ({_last_words(text)}){others}",
                             log=text[-3000:])
     for rank, failure in failed:
         raise OracleFailure(failure["oracle"], f"rank {rank} of {label}: {failure['diagnosis']}{others}",
-                            traceback=failure.get("traceback", "")[-3000:])
+                            **failure.get("details", {}), traceback=failure.get("traceback", "")[-3000:])
     for rank, text in sorted(outcome.hung.items()):
         raise OracleFailure(RANK, f"rank {rank} of {label} hung: it sent no record within the world's time limit "
                             f"and was killed{others} (its threads' stacks are in details)", stacks=text[-3000:])

@@ -24,6 +24,7 @@ import torch
 
 from harness.oracles import OracleFailure
 from harness.oracles.eager import assert_matches_eager
+from harness.oracles.recompile import RecompileWatcher
 from harness.oracles.world_agreement import ITERATION_MARK
 from harness.targets.decode.base import DecodeCase
 from harness.targets.decode.real_model import KV_TOKENS, _cache_difference, kernels
@@ -112,10 +113,15 @@ class RankServer:
         started = time.perf_counter()
         index = -1
         try:
-            for index, row in enumerate(self.case.program):
-                record.iterations.append(self.iterate(index, row[self.dp_rank] if len(row) > 1 else row[0]))
+            with RecompileWatcher(f"rank {self.rank}'s model") as watcher:
+                watcher.arm()
+                warmed: set[str] = set()
+                for index, row in enumerate(self.case.program):
+                    record.iterations.append(self.iterate(index, row[self.dp_rank] if len(row) > 1 else row[0]))
+                    self.check_compiles(watcher, record.iterations[-1], warmed)
         except OracleFailure as failure:
             record.failure = {"oracle": failure.oracle, "diagnosis": failure.diagnosis,
+                              "details": {key: str(value)[-3000:] for key, value in failure.details.items()},
                               "traceback": traceback.format_exc()[-3000:]}
         except Exception as error:  # noqa: BLE001 - SGLang's own error, in the record with where it happened
             traceback.print_exc()
@@ -123,6 +129,20 @@ class RankServer:
                               "traceback": traceback.format_exc()[-3000:]}
         record.seconds["program"] = time.perf_counter() - started
         return record
+
+    @staticmethod
+    def check_compiles(watcher: RecompileWatcher, row: IterationRecord, warmed: set[str]) -> None:
+        """SGLang's in-model compiled helpers (`torch.compile` inside its layers: at TP > 1 the vocabulary-parallel
+        embedding's `get_masked_input_and_mask`, dynamic) compile their variants at capture, and an eager forward
+        mode's first batch at serve time may compile once more (a server's warm-up request); after that no size
+        may compile again: a compile then is a guard that fails per size or per state, at serve time."""
+        first_eager = row.forward_mode is not None and not row.graph and row.forward_mode not in warmed
+        if first_eager:
+            warmed.add(row.forward_mode)
+        else:
+            watcher.check(f"iteration {row.index} ({row.work}, {row.forward_mode} "
+                          f"{'replayed' if row.graph else 'eager'}), after every forward mode's first batch")
+        watcher.arm()
 
     # -- one iteration ---------------------------------------------------------------------------------------
     def local_batch(self, work):
