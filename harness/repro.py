@@ -248,6 +248,7 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
     (("--enable-dp-attention",), "enable_dp_attention", lambda v: [True]),
     (("--moe-dense-tp-size",), "moe_dense_tp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--ep", "--ep-size", "--expert-parallel-size"), "ep_size", lambda v: [_number(v)] if _number(v) else None),
+    (("--cuda-graph-backend-prefill",), "prefill_graphs", lambda v: [v[0] == "breakable"] if v else None),
     (("--enable-torch-compile",), "enable_torch_compile", lambda v: [True]),
     (("--torch-compile-max-bs",), "torch_compile_max_bs", lambda v: [_number(v)] if _number(v) else None),
     (("--chunked-prefill-size",), "chunked_prefill_size", lambda v: [_number(v)] if _number(v) else None),

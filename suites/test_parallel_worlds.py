@@ -46,6 +46,17 @@ SCATTERED_ATTENTION = WorldCase(World(tp=2, moe_dense_tp=1, ep=2), DENSE_TP_FAMI
     (Decode(),),
 ))
 
+# prefill graphs (breakable, 4 and 8 tokens) in the DP world: both ranks prefill (5 and 4 tokens: buckets 8 and 4,
+# each at most twice its tokens) and replay together; rank 0's two-request decode joins rank 1's 3-token prefill as
+# one-token extends (SGLang's decode-to-extend conversion: 2 tokens, bucket 4) and both replay the prefill graph;
+# both decode (decode graphs); rank 0's 9-token prompt exceeds 8, so the group votes no and every rank runs eager
+DP_PREFILL_GRAPHS = WorldCase(World(tp=2, dp=2, dp_attention=True), WORLD_FAMILY, (1, 2, 4), 8, (
+    (Admit(((5, 6, 7), (8, 9))), Admit(((10, 11, 12, 13),))),
+    (Decode(), Admit(((14, 15, 16),))),
+    (Decode(), Decode()),
+    (Admit(((20,) * 9,)), Decode()),
+), prefill_tokens=(4, 8))
+
 
 @pytest.fixture(scope="module")
 def layout(device_name, personality):
@@ -110,6 +121,7 @@ def run_case(case: WorldCase, reference, coverage=None, **launch):
 @hypothesis_example(case=DP_IDLE_RANK)
 @hypothesis_example(case=TP_PAST_CAPTURE)
 @hypothesis_example(case=SCATTERED_ATTENTION)
+@hypothesis_example(case=DP_PREFILL_GRAPHS)
 def test_two_rank_world_matches_its_arithmetic_and_transformers(case, layout, reference, coverage):
     run_case(case, reference, coverage)
 

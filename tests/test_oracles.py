@@ -276,3 +276,19 @@ def test_capture_failure_message_without_its_way_out_fires_and_a_full_one_passes
     check_capture_failure_message(full, cause=cause, backend="tc_piecewise")
     with fires("capture-failure", "lacks ['--cuda-graph-backend-prefill=breakable']"):
         check_capture_failure_message(full.split(" Retry")[0], cause=cause, backend="tc_piecewise")
+
+
+def test_size_class_compile_admits_only_dynamos_zero_one_specialisation():
+    from harness.oracles.recompile import size_class_compile
+
+    head = "Recompiling function get_masked_input_and_mask in vocab_parallel_embedding.py:138\n" \
+           "    triggered by the following guard failure(s):\n"
+    assert size_class_compile(head + "    - 0/1: 2 <= input_.size()[0]  # org_vocab_mask = ...")
+    assert size_class_compile(head + "    - 0/0: tensor 'input_' size mismatch at index 0. expected 1, actual 6")
+    assert size_class_compile(head + "    - 0/1: 2 <= input_.size()[0]  # ...\n"
+                                     "    - 0/0: input_._base.size()[0] == input_.size()[0]  # (unknown var s45)")
+    # a static function: one frame per size
+    assert not size_class_compile(head + "    - 0/0: tensor 'input_' size mismatch at index 0. expected 1, actual 4\n"
+                                         "    - 0/1: tensor 'input_' size mismatch at index 0. expected 2, actual 4")
+    assert not size_class_compile(head + "    - 0/0: L['mode'] == 1")
+    assert not size_class_compile("a new frame")

@@ -346,3 +346,14 @@ def test_the_wrong_output_family_reads_words_only_without_a_traceback(log, expec
             read(log)
     else:
         assert (read(log).signature.name, read(log).suite) == expected
+
+
+def test_launch_command_narrows_worlds_by_expert_parallelism_and_prefill_graphs():
+    from harness.repro import launch_conditions
+
+    text = ("python -m sglang.launch_server --model-path m --tp 2 --dp 2 --enable-dp-attention --ep-size 2 "
+            "--cuda-graph-backend-prefill=breakable\n")
+    derived, notes = launch_conditions(text, "parallel_worlds", {})
+    assert derived == {"dp_size": [2], "enable_dp_attention": [True], "ep_size": [2], "prefill_graphs": [True]}, notes
+    derived, _ = launch_conditions(text.replace("=breakable", "=disabled"), "parallel_worlds", {})
+    assert derived["prefill_graphs"] == [False]

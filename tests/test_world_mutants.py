@@ -23,6 +23,13 @@ broken; clean SGLang passes the same worlds.
   (`torch.compile(dynamic=True)`, inside SGLang's layer at TP > 1) loses `dynamic=True`: the second prefill, of
   another length than the first, recompiles it at serve time (`no-recompile`, naming the rank, the iteration and
   Dynamo's failing guard).
+- prefill_vote_kept_local: `MLPSyncBatchInfo.all_gather` no longer min-reduces the ranks' prefill-graph votes
+  (`can_run_prefill_cuda_graph` stays each rank's own): with rank 0's 9-token prompt past the largest captured 8,
+  rank 1 still converts its decode and replays the prefill graph while rank 0 runs eager (`world-agreement`,
+  iteration 3, before the forward).
+- decode_not_converted: `maybe_convert_decode_to_extend` no longer converts: rank 0's decode stays a decode the
+  group voted off the decode graph (a peer prefills) while rank 1 replays the prefill graph (`world-agreement`,
+  iteration 1).
 - rank_one_fails_its_capture: rank 1 raises in its capture; rank 0 waits in a collective it never joins. The world
   is recorded with rank 1's error first and rank 0 killed as hung: nothing is left running (`world-rank`).
 - rank_one_skips_the_dp_sync: rank 1 skips the DP group's gather; rank 0 waits for it forever. Both are killed at
@@ -38,7 +45,7 @@ from harness.mutants import scratch_sglang
 from harness.oracles import OracleFailure
 from harness.worlds.world import Admit, Decode, World, WorldCase
 from strategies.worlds import WORLD_FAMILY
-from suites.test_parallel_worlds import DP_IDLE_RANK, SCATTERED_ATTENTION, run_case
+from suites.test_parallel_worlds import DP_IDLE_RANK, DP_PREFILL_GRAPHS, SCATTERED_ATTENTION, run_case
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # each world: two rank processes
 
@@ -100,8 +107,8 @@ def test_dp_bucket_per_rank_fails_naming_each_ranks_bucket(reference):
     failure, _ = judged(DP_SHORT, reference, [(RUNNER, "        return max(request_counts)",
                                                "        return forward_batch.batch_size")])
     assert failure is not None and failure.oracle == "world-agreement", failure
-    assert "iteration 1" in failure.diagnosis and "rank 0: graph, bucket 2" in failure.diagnosis \
-        and "rank 1: graph, bucket 1" in failure.diagnosis, failure.diagnosis
+    assert "iteration 1" in failure.diagnosis and "rank 0: decode graph, bucket 2" in failure.diagnosis \
+        and "rank 1: decode graph, bucket 1" in failure.diagnosis, failure.diagnosis
 
 
 def test_extending_rank_voting_for_the_graph_fails_naming_graph_and_eager(reference):
@@ -175,6 +182,30 @@ def test_embedding_mask_compiled_static_recompiles_at_serve_time(reference):
     assert failure is not None and failure.oracle == "no-recompile", failure
     assert "rank 0's model" in failure.diagnosis and "iteration 2" in failure.diagnosis \
         and "size mismatch" in str(failure.details.get("failing_guard")), (failure.diagnosis, failure.details)
+
+
+def test_clean_sglang_passes_the_dp_world_with_prefill_graphs(reference):
+    failure, outcome = judged(DP_PREFILL_GRAPHS, reference)
+    assert failure is None, failure
+    rank0 = outcome.records[0].iterations
+    assert [(row.prefill_graph, row.converted) for row in rank0] == [(True, False), (True, True), (False, False),
+                                                                    (False, False)]
+
+
+def test_prefill_vote_kept_local_fails_naming_graph_and_eager(reference):
+    failure, _ = judged(DP_PREFILL_GRAPHS, reference, [(
+        DP_ATTN, "        self.can_run_prefill_cuda_graph = bool(tp0_info_cpu[:, 6].min())\n", "")])
+    assert failure is not None and failure.oracle == "world-agreement", failure
+    assert "iteration 3" in failure.diagnosis and "rank 0: prefill eager, rank 1: prefill graph" in \
+        failure.diagnosis, failure.diagnosis
+
+
+def test_decode_not_converted_fails_naming_the_ranks(reference):
+    failure, _ = judged(DP_PREFILL_GRAPHS, reference, [(
+        DP_ATTN, "        batch.convert_decode_to_extend()\n", "")])
+    assert failure is not None and failure.oracle == "world-agreement", failure
+    assert "iteration 1" in failure.diagnosis and "rank 0: decode eager" in failure.diagnosis \
+        and "rank 1: prefill graph" in failure.diagnosis, failure.diagnosis
 
 
 def test_rank_failing_its_capture_is_named_first_and_its_peer_reaped(reference):

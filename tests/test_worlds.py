@@ -9,7 +9,7 @@ import pytest
 from harness.oracles import world_agreement
 from harness.oracles.world_agreement import expected_iterations, refusal_rule
 from harness.worlds.world import Admit, Decode, Finish, Idle, World, WorldCase
-from suites.test_parallel_worlds import DP_IDLE_RANK, SCATTERED_ATTENTION
+from suites.test_parallel_worlds import DP_IDLE_RANK, DP_PREFILL_GRAPHS, SCATTERED_ATTENTION
 
 
 @pytest.mark.parametrize("world, requested, pool, expected", [
@@ -103,3 +103,47 @@ def test_findings_capture_past_the_request_pool(reference):
             run_case(case, reference)
         except OracleFailure as failure:
             assert "Capture cuda graph failed" not in failure.diagnosis, failure.diagnosis
+
+
+def test_prefill_graph_arithmetic_of_the_dp_world():
+    """DP_PREFILL_GRAPHS, iteration by iteration: prefills of 5 and 4 tokens both fit [4, 8] (buckets 8 and 4, at
+    most twice) and replay at the group's bucket 8; a 2-request decode beside a 3-token prefill converts and both
+    replay at 4; no prefill: no prefill graph; a 9-token prompt past 8 votes everyone eager."""
+    rows = expected_iterations(DP_PREFILL_GRAPHS, [1, 2, 4])
+    assert [(w.prefill_vote, w.prefill_graph, w.converted, w.prefill_bucket) for w in rows] == [
+        (True, [True, True], [False, False], [8, 8]),
+        (True, [True, True], [True, False], [4, 4]),
+        (True, [False, False], [False, False], [None, None]),
+        (False, [False, False], [False, False], [None, None]),
+    ]
+    assert world_agreement.prefill_capture_list(dataclasses.replace(
+        SCATTERED_ATTENTION, prefill_tokens=(3, 9, 10))) == [4, 10]  # aligned to the attention-TP width 2
+
+
+def test_prefill_graph_arithmetic_with_an_idle_rank():
+    """A prefill beside an idle DP rank: the idle rank votes yes, joins with a dummy extend at the group's bucket,
+    and nothing converts."""
+    case = dataclasses.replace(DP_PREFILL_GRAPHS, program=((Admit(((5, 6, 7, 8, 9),)), Idle()),))
+    (row,) = expected_iterations(case, [1, 2, 4])
+    assert (row.prefill_vote, row.prefill_graph, row.converted, row.prefill_bucket) == \
+        (True, [True, True], [False, False], [8, 8])
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding (SGLang 0.5.23): with attention scattered over "
+                   "a TP group of 2 and prefill graph sizes off the alignment (--cuda-graph-bs-prefill 3 9), the "
+                   "runner captures [4, 10] but the DP padding picks its bucket from the raw list (7 tokens, aligned "
+                   "to 8 -> 9): the replay's reduce-scatter gets 9 rows for a graph of 10 and gloo aborts")
+def test_findings_prefill_bucket_off_the_alignment(reference):
+    from harness.oracles import OracleFailure
+    from strategies.worlds import DENSE_TP_FAMILY
+    from suites.test_parallel_worlds import run_case
+
+    case = WorldCase(World(tp=2, moe_dense_tp=1), DENSE_TP_FAMILY, (2, 4), 4,
+                     ((Admit(((5, 6, 7, 8, 9, 10, 11),)),), (Decode(),)), prefill_tokens=(3, 9))
+    try:
+        run_case(case, reference)
+    except OracleFailure as failure:
+        assert "(10 vs. 9)" not in failure.diagnosis, failure.diagnosis
+

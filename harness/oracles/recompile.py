@@ -8,6 +8,7 @@ the guard-failure text Dynamo logs on its `recompiles` artifact, so the report n
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 import torch._logging
@@ -92,3 +93,20 @@ class RecompileWatcher:
             compiles_after_capture=compiles,
             failing_guard=guard,
         )
+
+
+_ZERO_ONE_GUARD = re.compile(r"2 <= [\w.\[\]']+\.size\(\)\[\d+\]")  # a dynamic frame refusing a size 0 or 1
+_STATIC_ONE_GUARD = re.compile(r"size mismatch at index \d+\. expected 1, actual")  # a size-1 frame refusing more
+_VIEW_BASE_GUARD = re.compile(r"\._base\.size\(\)\[\d+\] == ")  # a frame for a view refusing another base
+
+
+def size_class_compile(guard_text: str) -> bool:
+    """Whether a logged recompile is one of the few variants a `dynamic=True` function compiles once per process:
+    every failing guard it lists is Dynamo's 0/1 specialisation (a dynamic frame refusing a size 1, or the size-1
+    frame refusing a larger size) or its view guard (a frame traced on a view refusing another base size): at most
+    size {1, more} x {view, not} frames. A frame for any other size (a function compiled static, a guard on a
+    value) lists another guard."""
+    failures = [line for line in guard_text.splitlines() if line.strip().startswith("- ")]
+    return bool(failures) and all(_ZERO_ONE_GUARD.search(line) or _STATIC_ONE_GUARD.search(line)
+                                  or _VIEW_BASE_GUARD.search(line) for line in failures)
+

@@ -12,6 +12,13 @@ to it:
 - graph or eager: a decode (or idle) iteration replays when the vote holds and the largest count, over the DP
   group when the MLP gathers (over the rank's own batch otherwise), fits the largest captured size; the bucket is
   the smallest captured size that holds that count, the same on every rank;
+- prefill graphs (`--cuda-graph-backend-prefill breakable`, CUDA's default; drawn): the captured token counts
+  are the asked ones aligned up to the capture alignment; each attention-DP rank votes for the prefill graph (idle:
+  yes; a prefill: its tokens fit, at most the largest count and padded at most twice; a decode: its one-token-extend
+  view fits) and the group takes the minimum; when some rank prefills and the vote holds, every rank pads to one
+  bucket (the smallest count holding the largest, aligned to the attention-TP width), every decoding rank converts
+  its batch to one-token extends (unless a DP rank is idle, which runs a dummy extend) and every rank replays the
+  prefill graph, else every extend runs eager;
 - the pad mask (with MoE expert parallelism, `World.non_padded`): a replay publishes the real token count, split
   over the attention-TP ranks by the padded bucket when the batch is sharded (a trailing rank may own none);
 - numbers: each replay equals its eager twin (checked in the rank), and every request's next-token logits equal
@@ -43,6 +50,59 @@ class Expected:
     graph: bool
     bucket: int | None  # for an MLP-gathering world; None: per rank (`own_bucket`)
     batch_sizes: list[int]  # per attention-DP rank: requests in its batch (0: idle)
+    # with prefill graphs (`WorldCase.prefill_tokens`): the group's prefill vote (None: no DP sync), per attention-DP
+    # rank whether its batch is an extend that replays the prefill graph, and whether SGLang converts its decode
+    # batch to one-token extends; the arithmetic, for the diagnosis
+    prefill_vote: bool | None = None
+    prefill_graph: list[bool] | None = None
+    converted: list[bool] | None = None
+    prefill_arithmetic: str = ""
+    prefill_bucket: list[int | None] | None = None  # per attention-DP rank: the token bucket a replay pads to
+
+
+def prefill_capture_list(case: WorldCase) -> list[int]:
+    """The prefill runner's token counts: each asked count aligned up to the capture alignment, deduplicated, sorted
+    (`get_prefill_num_tokens_to_capture`: capture and replay shards of equal width)."""
+    align = case.world.capture_alignment()
+    return sorted({-(-n // align) * align for n in case.prefill_tokens})
+
+
+def prefill_fits(tokens: int, capture: list[int]) -> bool:
+    """The prefill runner's token rule (`can_replay_locally`): at most the largest captured count, and the smallest
+    count holding it at most twice the tokens (`_MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR`)."""
+    bucket = own_bucket(tokens, capture)
+    return tokens > 0 and bucket is not None and bucket <= 2 * tokens
+
+
+def _prefill_expectation(world, case: WorldCase, works, counts: list[int], extend: bool) -> dict:
+    """The prefill graphs' share of an iteration (module docstring): each attention-DP rank votes (idle: yes; a
+    prefill: its tokens fit; a decode: its one-token-extend view fits), the group takes the minimum; when a rank
+    prefills and the vote holds, every rank replays the prefill graph at one bucket (a decode converted to extends
+    when no DP rank is idle; an idle rank a dummy extend); without a DP sync a prefill replays when its own tokens
+    fit, at its own bucket."""
+    capture = prefill_capture_list(case)
+    if not world.mlp_sync:
+        graph = [isinstance(w, Admit) and prefill_fits(n, capture) for w, n in zip(works, counts)]
+        return dict(prefill_graph=graph, converted=[False] * len(works),
+                    prefill_bucket=[own_bucket(n, capture) if g else None for n, g in zip(counts, graph)],
+                    prefill_arithmetic=f"tokens {counts} against captured {capture}")
+    votes = [n == 0 or prefill_fits(n, capture) for n in counts]
+    vote = all(votes)
+    gathered = counts if world.mlp_tp_gather else counts[:1]
+    idle = len(gathered) > 1 and min(gathered) == 0
+    together = extend and vote
+    # SGLang converts a decode only when no DP rank is idle; with the vote every rank pads to one bucket (MAX_LEN:
+    # the largest count aligned to the attention-TP width) and an idle rank runs a dummy extend of it
+    converted = [together and not idle and not isinstance(w, Admit) and n > 0 for w, n in zip(works, counts)]
+    graph = [together and (isinstance(w, Admit) or c or n == 0) for w, n, c in zip(works, counts, converted)]
+    widest = max(-(-n // world.attn_tp) * world.attn_tp for n in gathered)
+    bucket = own_bucket(widest, capture) if together else None
+    arithmetic = (f"per-rank votes {votes} for tokens {counts} against captured {capture} (at most the largest, "
+                  f"padded at most 2x), group vote {vote}; a rank prefills: {extend}; an idle DP rank: {idle}; "
+                  f"the bucket: the smallest captured count holding {widest}, the largest aligned to "
+                  f"{world.attn_tp}")
+    return dict(prefill_vote=vote, prefill_graph=graph, converted=converted, prefill_arithmetic=arithmetic,
+                prefill_bucket=[bucket if g else None for g in graph])
 
 
 def expected_iterations(case: WorldCase, capture: list[int]) -> list[Expected]:
@@ -68,7 +128,8 @@ def expected_iterations(case: WorldCase, capture: list[int]) -> list[Expected]:
         widest = max(sizes) if world.mlp_tp_gather else None
         graph = vote and max(counts) > 0 and (widest is None or widest <= max(capture))
         bucket = min(s for s in capture if s >= widest) if graph and widest is not None else None
-        out.append(Expected(counts, max(counts) > 0, vote, graph, bucket, sizes))
+        prefill = _prefill_expectation(world, case, works, counts, extend) if case.prefill_tokens else {}
+        out.append(Expected(counts, max(counts) > 0, vote, graph, bucket, sizes, **prefill))
         for dp_rank, work in enumerate(works):
             if isinstance(work, Admit):
                 running[dp_rank] += len(work.prompts)
@@ -189,6 +250,17 @@ def check_capture(case: WorldCase, records: dict) -> list[int]:
     return expected
 
 
+def check_prefill_capture(case: WorldCase, records: dict) -> None:
+    if not case.prefill_tokens:
+        return
+    expected = prefill_capture_list(case)
+    for rank, record in sorted(records.items()):
+        if record.prefill_capture != expected:
+            raise OracleFailure(AGREEMENT, f"rank {rank} of world {case.world.label()}: the prefill runner captured "
+                                f"{record.prefill_capture} token counts for {list(case.prefill_tokens)}, where the "
+                                f"world implies {expected} (each aligned up to {case.world.capture_alignment()})")
+
+
 def check_iterations(case: WorldCase, records: dict, capture: list[int]) -> None:
     world = case.world
     for index, want in enumerate(expected_iterations(case, capture)):
@@ -217,6 +289,8 @@ def _check_row(world, want: Expected, row, dp_rank: int, capture: list[int], whe
     if world.mlp_sync and row.vote != want.vote:
         raise OracleFailure(AGREEMENT, f"{where}: the group voted {row.vote} for the decode graph, where it must vote "
                             f"{want.vote} ({'a rank prefills' if not want.vote else 'every rank decodes or idles'})")
+    if want.prefill_graph is not None and _check_prefill_row(world, want, row, dp_rank, where):
+        return
     own = want.batch_sizes[dp_rank]
     graph = want.graph if world.mlp_tp_gather else (want.vote and own > 0 and own <= max(capture))
     if row.graph != graph:
@@ -237,10 +311,37 @@ def _check_row(world, want: Expected, row, dp_rank: int, capture: list[int], whe
                             f"{row.replay_vs_eager}")
 
 
+def _check_prefill_row(world, want: Expected, row, dp_rank: int, where: str) -> bool:
+    """The prefill graphs' checks of a row: the group's vote, the conversion, and, for an extend batch (a prefill
+    or a converted decode), graph or eager. True when the row was an extend (the decode checks do not apply)."""
+    if world.mlp_sync and row.prefill_vote != want.prefill_vote:
+        raise OracleFailure(AGREEMENT, f"{where}: the group voted {row.prefill_vote} for the prefill graph, where "
+                            f"it must vote {want.prefill_vote} ({want.prefill_arithmetic})")
+    if row.converted != want.converted[dp_rank]:
+        raise OracleFailure(AGREEMENT, f"{where}: SGLang {'converted' if row.converted else 'kept'} the rank's decode "
+                            f"batch {'to' if row.converted else 'as'} {'extends' if row.converted else 'a decode'}, "
+                            f"where the case implies {'conversion' if want.converted[dp_rank] else 'none'} "
+                            f"({want.prefill_arithmetic})")
+    if row.forward_mode != "EXTEND" and not (row.forward_mode == "IDLE" and want.prefill_graph[dp_rank]):
+        return False
+    if row.graph != want.prefill_graph[dp_rank] or row.graph != row.prefill_graph:
+        implied = "a prefill-graph replay" if want.prefill_graph[dp_rank] else "eager"
+        raise OracleFailure(AGREEMENT, f"{where}: the rank's extend batch {'replayed' if row.graph else 'ran eager'}"
+                            f"{'' if row.graph == row.prefill_graph else ' (not through the prefill runner)'}, "
+                            f"where the case implies {implied} ({want.prefill_arithmetic})")
+    if row.graph and row.bucket != want.prefill_bucket[dp_rank]:
+        raise OracleFailure(AGREEMENT, f"{where}: the prefill runner padded to {row.bucket} tokens, where the case "
+                            f"implies {want.prefill_bucket[dp_rank]} ({want.prefill_arithmetic})")
+    if row.replay_vs_eager:
+        raise OracleFailure("eager-equality", f"{where}: the prefill replay differs from the same batch run eager: "
+                            f"{row.replay_vs_eager}")
+    return True
+
+
 def _check_pad_mask(world, row, rank: int, where: str) -> None:
     """The count a replay published for the model to mask pad rows by (`World.non_padded`), decode: a token a
     request."""
-    if not row.graph:
+    if not row.graph or row.prefill_graph:
         return
     if not world.masks_pad_rows:
         if row.non_padded is not None:
@@ -276,5 +377,6 @@ def check_world(case: WorldCase, outcome, reference: Callable[[list[int]], torch
     records = outcome.records
     check_placement(case, records)
     capture = check_capture(case, records)
+    check_prefill_capture(case, records)
     check_iterations(case, records, capture)
     check_references(case, records, reference)

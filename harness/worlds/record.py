@@ -2,7 +2,8 @@
 
 `IterationRecord`: one scheduler iteration as this rank lived it: its local work, what SGLang's DP sync gathered
 (`global_num_tokens` and the vote), whether `ModelRunner._forward_raw` replayed a graph and which bucket the
-runner padded to, the pad mask it published (`num_token_non_padded`), each local request's token history and
+runner padded to (the prefill runner's, with prefill graphs: its vote, a decode batch SGLang converted to
+extends), the pad mask it published (`num_token_non_padded`), each local request's token history and
 next-token logits, and the replay-against-eager verdict the rank checked itself. `RankRecord`: the rank's
 placement as SGLang published it, its capture list and its iterations; or the failure that stopped it.
 """
@@ -33,6 +34,9 @@ class IterationRecord:
     requests: list[RequestRow] = dataclasses.field(default_factory=list)
     replay_vs_eager: str | None = None  # a diagnosis when the replay differed from the eager twin, else None
     eager_twin: bool = False  # the eager twin ran (a graph replayed)
+    prefill_vote: bool | None = None  # the DP group's prefill-graph verdict (can_run_dp_prefill_cuda_graph)
+    converted: bool = False  # a decode batch SGLang turned into one-token extends (a peer prefills this step)
+    prefill_graph: bool = False  # the replay was the prefill runner's (breakable prefill graphs)
 
 
 @dataclasses.dataclass
@@ -42,7 +46,8 @@ class RankRecord:
     capture_bs: list[int]
     iterations: list[IterationRecord] = dataclasses.field(default_factory=list)
     seconds: dict = dataclasses.field(default_factory=dict)  # startup, capture, program
-    failure: dict | None = None  # {"oracle", "diagnosis", "traceback"}: what stopped this rank
+    prefill_capture: list[int] = dataclasses.field(default_factory=list)  # the prefill runner's token counts
+    failure: dict | None = None  # {"oracle", "diagnosis", "details", "traceback"}: what stopped it
 
 
 def said(error: BaseException) -> str:

@@ -164,26 +164,29 @@ class World:
 
 @dataclasses.dataclass(frozen=True)
 class WorldCase:
-    """One example: the world, the family served, the decode capture list asked for, the server's capacity and
-    the program (one column per attention-DP rank)."""
+    """One example: the world, the family served, the decode capture list asked for, the server's capacity, the
+    program (one column per attention-DP rank) and the prefill graphs' token counts (`--cuda-graph-backend-prefill
+    breakable`, CUDA's default; none: off)."""
 
     world: World
     family: str
     capture_bs: tuple[int, ...]
     max_running_requests: int
     program: tuple[tuple[Work, ...], ...]
+    prefill_tokens: tuple[int, ...] = ()  # the breakable prefill graphs' token counts; () = prefill graphs off
 
     def drawn(self) -> dict:
         """The case as a record's drawn values (`from_drawn` rebuilds it: repro scripts, pinned regressions)."""
         return {"world": dataclasses.asdict(self.world), "world_label": self.world.label(), "family": self.family,
                 "capture_bs": list(self.capture_bs), "max_running_requests": self.max_running_requests,
-                "program": [[_work_record(work) for work in row] for row in self.program]}
+                "program": [[_work_record(work) for work in row] for row in self.program],
+                "prefill_tokens": list(self.prefill_tokens)}
 
     @classmethod
     def from_drawn(cls, drawn: dict) -> WorldCase:
         program = tuple(tuple(_work_of(work) for work in row) for row in drawn["program"])
         return cls(World(**drawn["world"]), drawn["family"], tuple(drawn["capture_bs"]),
-                   drawn["max_running_requests"], program)
+                   drawn["max_running_requests"], program, tuple(drawn.get("prefill_tokens", ())))
 
 
 def _work_record(work: Work) -> dict:

@@ -36,7 +36,8 @@ class Target(DecodeTarget):
 
         return ServerArgs(
             model_path="dummy", device=device,
-            cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="full", bs=list(case.capture_bs))),
+            cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend="full", bs=list(case.capture_bs)),
+                                              **self.prefill_phase(case)),
             enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
             max_running_requests=case.max_running_requests, disable_cuda_graph_padding=case.disable_padding,
             enable_profile_cuda_graph=case.switches.profile is not None, **speculative_args(case),
@@ -44,6 +45,11 @@ class Target(DecodeTarget):
 
     def server_flags(self, case: DecodeCase) -> dict[str, Any]:
         """Further server flags a target sets for its case (none here)."""
+        return {}
+
+    def prefill_phase(self, case: DecodeCase) -> dict[str, Any]:
+        """The prefill phase's `PhaseConfig`, as `{"prefill": ...}`, where a target captures prefill graphs too
+        (none here: the release's default, which off CUDA is disabled)."""
         return {}
 
     def attention_backend_for(self, case: DecodeCase):

@@ -39,8 +39,50 @@ class WorldTarget(ServedTarget):
 
     def __init__(self, case: WorldCase, *, rank: int, checkpoint: str, dist_port: int) -> None:
         self.world, self.world_rank, self.checkpoint, self.dist_port = case.world, rank, checkpoint, dist_port
+        self.prefill_tokens = case.prefill_tokens
         decode_case = DecodeCase(capture_bs=case.capture_bs, max_running_requests=case.max_running_requests)
         super().__init__(decode_case, family=case.family)
+        self.prefill_runner = self.capture_prefill() if self.prefill_tokens else None
+
+    def make_model_runner(self, case: DecodeCase, device: str):
+        """The served runner, with SGLang's own shared logits buffer where the world captures prefill graphs (its
+        `cuda_graph_setup` makes it before any runner: `GraphSharedOutput.create_for_model_runner`, sized by the
+        runner's `max_shared_logits_buffer_rows`), which the prefill runner's capture reads."""
+        runner = super().make_model_runner(case, device)
+        if self.prefill_tokens:
+            from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
+
+            object.__setattr__(runner, "graph_shared_output", GraphSharedOutput.create_for_model_runner(runner))
+        return runner
+
+    def prefill_phase(self, case: DecodeCase) -> dict:
+        """`--cuda-graph-backend-prefill breakable` with the case's token counts, where the case asks for prefill
+        graphs (SGLang's default on CUDA); SGLang's config resolution then applies its DP rules to them."""
+        if not self.prefill_tokens:
+            return {}
+        from sglang.srt.model_executor.cuda_graph_config import PhaseConfig
+
+        return {"prefill": PhaseConfig(backend="breakable", bs=list(self.prefill_tokens))}
+
+    def capture_prefill(self):
+        """SGLang's `PrefillCudaGraphRunner` on this rank's model runner, captured after the decode graphs (the
+        order of SGLang's `cuda_graph_setup`): the runner `_forward_raw` and the DP vote then consult for every
+        extend batch. The attributes it reads that SGLang's `ModelRunner` derives at load time are set from the
+        model (its `RadixAttention` layers)."""
+        from sglang.srt.layers.radix_attention import RadixAttention
+
+        from harness.targets.prefill.v0_5_14 import RUNNER_MODULE
+        from harness.targets.sglang_plumbing import load
+
+        runner = self.model_runner
+        layers = [m for m in self.real.model.modules() if isinstance(m, RadixAttention)]
+        for name, value in dict(attention_layers=layers, mha_companion_layers=[None] * len(layers),
+                                moe_layers=[None] * len(layers), moe_fusions=[None] * len(layers)).items():
+            if getattr(runner, name, None) is None:
+                object.__setattr__(runner, name, value)
+        with self.scope():
+            runner.prefill_cuda_graph_runner = load(RUNNER_MODULE, "PrefillCudaGraphRunner")(runner)
+        return runner.prefill_cuda_graph_runner
 
     def server_flags(self, case: DecodeCase) -> dict:
         return {**super().server_flags(case), **self.world.server_flags()}
@@ -110,6 +152,8 @@ class RankServer:
         """The program, iteration by iteration; whatever stops it is the record's failure, the iterations played
         before it kept."""
         record = RankRecord(self.rank, self.placement(), list(self.runner.capture_bs), seconds=self.seconds)
+        prefill = self.target.prefill_runner
+        record.prefill_capture = [] if prefill is None else [int(n) for n in prefill.capture_num_tokens]
         started = time.perf_counter()
         index = -1
         try:
@@ -133,13 +177,16 @@ class RankServer:
     @staticmethod
     def check_compiles(watcher: RecompileWatcher, row: IterationRecord, warmed: set[str]) -> None:
         """SGLang's in-model compiled helpers (`torch.compile` inside its layers: at TP > 1 the vocabulary-parallel
-        embedding's `get_masked_input_and_mask`, dynamic) compile their variants at capture, and an eager forward
-        mode's first batch at serve time may compile once more (a server's warm-up request); after that no size
-        may compile again: a compile then is a guard that fails per size or per state, at serve time."""
-        first_eager = row.forward_mode is not None and not row.graph and row.forward_mode not in warmed
-        if first_eager:
+        embedding's `get_masked_input_and_mask`, dynamic) compile their variants at capture, and a forward mode's
+        first batch at serve time (eager, or a replay's eager twin) may compile once more (a server's warm-up
+        request); after that only Dynamo's 0/1 specialisation may compile (`recompile.size_class_compile`: the
+        size-1 frame, once); any other compile is a guard that fails per size or per state, at serve time."""
+        from harness.oracles.recompile import size_class_compile
+
+        first = row.forward_mode is not None and row.forward_mode not in warmed
+        if first:
             warmed.add(row.forward_mode)
-        else:
+        elif not (watcher.guard_failures and all(size_class_compile(text) for text in watcher.guard_failures)):
             watcher.check(f"iteration {row.index} ({row.work}, {row.forward_mode} "
                           f"{'replayed' if row.graph else 'eager'}), after every forward mode's first batch")
         watcher.arm()
@@ -190,16 +237,25 @@ class RankServer:
                               False, None, None, None)
         if batch is None:
             return row
+        if self.case.world.mlp_sync:  # the scheduler's next step after the sync (a no-op without prefill graphs)
+            from sglang.srt.managers.scheduler_components.dp_attn import SchedulerDPAttnAdapter
+
+            decoding = batch.forward_mode.is_decode()
+            batch = SchedulerDPAttnAdapter.maybe_convert_decode_to_extend(None, batch)  # reads no adapter state
+            row.converted = decoding and batch.forward_mode.is_extend()
+            if self.target.prefill_runner is not None:
+                row.prefill_vote = bool(batch.can_run_dp_prefill_cuda_graph)
         row.forward_mode = batch.forward_mode.name
         row.global_num_tokens = list(batch.global_num_tokens) if batch.global_num_tokens is not None else None
         row.vote = getattr(batch, "can_run_decode_cuda_graph", None) if self.case.world.mlp_sync else None
         fb = self.scheduler.forward_batch(batch)
-        decision = self.decide(fb, row)
+        decision = self.decide(batch, fb, row)
         self.agree(index, decision)
         before = self.scheduler.pools.snapshot()
         with self.target.scope(), torch.no_grad():
             output = self.model_runner._forward_raw(fb, None)
         row.graph = bool(output.can_run_graph)
+        row.prefill_graph = row.graph and decision[0] == "prefill"
         logits = output.logits_output.next_token_logits
         rows = len(batch.reqs)
         if row.graph:
@@ -210,9 +266,22 @@ class RankServer:
             self.advance(batch, logits[:rows].argmax(-1), isinstance(work, Admit))
         return row
 
-    def decide(self, fb, row: IterationRecord) -> tuple:
+    def decide(self, batch, fb, row: IterationRecord) -> tuple:
         """What this rank's runner decides for `fb` before any collective: graph or eager and, for a graph, the
         bucket `load_batch` pads to (and the pad mask it writes)."""
+        prefill = self.target.prefill_runner
+        if prefill is not None and (fb.forward_mode.is_extend() or fb.forward_mode.is_idle()):
+            # `_forward_raw` asks the prefill runner after SGLang's DP padding (`_prepare_eager_forward_batch`: with
+            # the group's vote, every rank padded to one captured bucket, an idle rank a dummy extend): asked of
+            # a twin of the batch, padded the same way
+            probe = self.scheduler.forward_batch(batch)
+            with self.target.scope():
+                self.model_runner._prepare_eager_forward_batch(probe)
+                if probe.forward_mode.is_extend():
+                    graph = bool(prefill.can_run_graph(probe))
+                    if graph:
+                        row.bucket = int(prefill._pad_to_bucket(len(probe.input_ids), prefill.capture_num_tokens))
+                    return "prefill", graph, row.bucket
         mode_check = fb.forward_mode.is_cuda_graph
         graph = bool(mode_check() and self.runner.can_run_graph(fb))
         if graph:
@@ -221,35 +290,37 @@ class RankServer:
             row.bucket, row.raw_bs = int(self.runner.bs), int(self.runner.raw_bs)
             buffer = getattr(self.runner.buffers, "num_token_non_padded", None)
             row.non_padded = None if buffer is None else int(buffer.reshape(-1)[0])
-        return graph, row.bucket
+        return "decode", graph, row.bucket
 
     def agree(self, index: int, decision: tuple) -> None:
         import torch.distributed as dist
 
         decisions = [None] * dist.get_world_size(self.group)
         dist.all_gather_object(decisions, decision, group=self.group)
-        if len(set(decisions)) > 1:
-            described = ", ".join(f"rank {r}: {'graph, bucket ' + str(b) if g else 'eager'}"
-                                  for r, (g, b) in enumerate(decisions))
-            raise OracleFailure("world-agreement", f"iteration {index}: the ranks' decode runners decided "
+        if len({(kind if graph else "eager", graph, bucket) for kind, graph, bucket in decisions}) > 1:
+            described = ", ".join(f"rank {r}: {kind} {'graph' + (', bucket ' + str(b) if b else '') if g else 'eager'}"
+                                  for r, (kind, g, b) in enumerate(decisions))
+            raise OracleFailure("world-agreement", f"iteration {index}: the ranks' graph runners decided "
                                 f"differently before the forward ({described}); ranks that replay different "
                                 "graphs, or one a graph and another eager, run different collectives",
                                 decisions=decisions)
 
     def eager_twin(self, batch, replayed: torch.Tensor, before: list, row: IterationRecord) -> None:
-        """The batch again, eager (the runner hidden from `_forward_raw`), on the cache the replay saw: its logits
+        """The batch again, eager (the graph runners hidden from `_forward_raw`), on the cache the replay saw: its
         within float32 tolerance of the replay's (the graph's GEMMs run padded rows) and the KV cache it leaves
         equal, slot 0 (SGLang's padding slot) aside."""
         pools = self.scheduler.pools
         after_replay = pools.snapshot()
         pools.restore(before)
         fb = self.scheduler.forward_batch(batch)
-        runner, self.model_runner.decode_cuda_graph_runner = self.model_runner.decode_cuda_graph_runner, None
+        model_runner = self.model_runner
+        runners = model_runner.decode_cuda_graph_runner, model_runner.prefill_cuda_graph_runner
+        model_runner.decode_cuda_graph_runner = model_runner.prefill_cuda_graph_runner = None
         try:
             with self.target.scope(), torch.no_grad():
-                eager = self.model_runner._forward_raw(fb, None).logits_output.next_token_logits
+                eager = model_runner._forward_raw(fb, None).logits_output.next_token_logits
         finally:
-            self.model_runner.decode_cuda_graph_runner = runner
+            model_runner.decode_cuda_graph_runner, model_runner.prefill_cuda_graph_runner = runners
         row.eager_twin = True
         after_eager = pools.snapshot()
         pools.restore(after_replay)
