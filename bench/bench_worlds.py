@@ -23,7 +23,8 @@ def main() -> None:
         os.environ["HARNESS_WORLD_START"] = "spawn"
     from harness.models.real import transformers_reference
     from harness.worlds.world import Admit, Decode, Idle, World, WorldCase
-    from suites.test_parallel_worlds import DP_IDLE_RANK, SCATTERED_ATTENTION, TP_PAST_CAPTURE, run_case
+    from suites.test_parallel_worlds import DP_IDLE_RANK, DP_PREFILL_GRAPHS, SCATTERED_ATTENTION, TP_PAST_CAPTURE, \
+        run_case
 
     def reference(family):
         folder, _ = transformers_reference.checkpoint(family)
@@ -36,7 +37,8 @@ def main() -> None:
                                                               len(first)))))
 
     cases = [("dp attention, idle rank", DP_IDLE_RANK), ("tp past capture", TP_PAST_CAPTURE),
-             ("scattered attention (mla)", SCATTERED_ATTENTION), ("dp attention again (warm)", DP_IDLE_RANK),
+             ("scattered attention (mla)", SCATTERED_ATTENTION), ("dp attention, prefill graphs", DP_PREFILL_GRAPHS),
+             ("dp attention again (warm)", DP_IDLE_RANK),
              ("tp4 dp2 attention", four(World(tp=4, dp=2, dp_attention=True))),
              ("tp4 dp4 attention", four(World(tp=4, dp=4, dp_attention=True))), ("tp4", four(World(tp=4)))]
     print(f"ranks start by {'spawn' if options.spawn else 'fork server'}")
