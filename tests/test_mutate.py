@@ -424,3 +424,12 @@ def test_a_warm_child_compiles_a_bmm_with_inductor(tmp_path, monkeypatch):
     finally:
         worker.close()
     assert code == 0, output[-3000:]
+
+
+def test_a_mutant_of_a_multiline_condition_is_reached_by_its_operands_lines():
+    """Coverage on Python 3.11 records a multi-line `if (` condition on its operands' lines, not its first."""
+    source = ("def f(a, b):\n    if (\n        a is not None\n        and b > a\n    ):\n"
+              "        return 1\n    return 0\n")
+    node = ast.parse(source).body[0]
+    swapped = next(m for m in operators.function_mutants("x.py", source, "f", node) if m.operator == "swap-and-or")
+    assert swapped.line == 2 and {3, 4} <= set(swapped.lines)

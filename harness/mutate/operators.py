@@ -23,7 +23,7 @@ LOGGING_CALLS = ("warnings.warn", "print")
 class Mutant:
     """One change to `file` (its path inside the sglang package) in `function`: the text from `start` to `end`
     ((line, byte column) pairs, as the AST gives them) becomes `replacement`. `line` is the enclosing statement's
-    first line (what coverage records); `original` and `mutated` the changed lines before and after, each joined
+    first line; `original` and `mutated` the changed lines before and after, each joined
     into one; `base` the digest of the file's text, so a mutant of another release's text gets another id."""
     file: str
     function: str
@@ -35,6 +35,13 @@ class Mutant:
     original: str
     mutated: str
     base: str
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        """The lines whose execution shows the change ran: its statement's first line and every line the changed
+        text spans. Coverage on Python 3.11 records a parenthesised multi-line condition on its operands' lines,
+        not the `if (` line (a seed-6029 mutant of `can_replay_locally` was reported unreached though it ran)."""
+        return tuple(sorted({self.line, *range(self.start[0], self.end[0] + 1)}))
 
     @property
     def id(self) -> str:
