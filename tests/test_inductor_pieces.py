@@ -6,6 +6,8 @@ reads SGLang's cache file back and loads every piece through `CompilerManager.lo
 load's torch-2.14 failure is pinned. Mutants (monkeypatching the real SGLang module, undone after each test):
 - post_grad_dropped: `SGLangBackend.configure_post_pass` installs nothing (SGLang's pass manager never reaches
   Inductor's `post_grad_custom_post_pass`);
+- inductor_cache_in_sglangs_own_folder: `initialize_cache` points Inductor at SGLang's cache folder itself (seed
+  3119's swapped `os.path.join`);
 - specialised_compile_skipped: `ConcreteSizeEntry` never flags a compile size (`need_to_compile` False), so every
   size is served by the general graph, outputs unchanged.
 Cost: Inductor's FX cache is shared (`$HARNESS_INDUCTOR_CACHE`): warm, about 10 s of CPU for the file; on a machine's
@@ -55,7 +57,8 @@ def cpu_prefill():
 
 def test_clean_sglang_compiles_caches_and_loads(cpu_prefill):
     notes = run_and_check(CASE, SIZES, batch())
-    assert notes["fresh cache"] == {"adaptor_compiles": 6, "pieces": PIECES, "compile_sizes": [8]}, notes
+    assert notes["fresh cache"] == {"adaptor_compiles": 6, "pieces": PIECES, "compile_sizes": [8],
+                                    "cache_folders": 1}, notes
     assert notes["cache read back"]["cache_handles"] == 6 and notes["cache read back"]["loaded_pieces"] == 6, notes
     assert notes["compile_sizes_sglang_assigned"] == [()], notes
 
@@ -106,6 +109,24 @@ def test_specialised_compile_skipped_fires(cpu_prefill, monkeypatch):
     assert failure.value.oracle == "dynamo-contract"
     assert "3 adaptor compile(s), expected 6" in failure.value.diagnosis
     assert "no specialised compile of piece 0 for token count 8" in failure.value.diagnosis
+
+
+def test_inductor_cache_in_sglangs_own_folder_fires(cpu_prefill, monkeypatch):
+    """Seed 3119's survivor: `os.path.join("inductor_cache", base)` (arguments swapped) is `base` itself for an
+    absolute base, so Inductor writes among SGLang's own cache files."""
+    from sglang.srt.compilation.compiler_interface import InductorAdaptor
+
+    original = InductorAdaptor.initialize_cache
+
+    def swapped(self, cache_dir, disable_cache=False, prefix=""):
+        original(self, cache_dir, disable_cache=disable_cache, prefix=prefix)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join("inductor_cache", self.base_cache_dir)
+
+    monkeypatch.setattr(InductorAdaptor, "initialize_cache", swapped)
+    with pytest.raises(OracleFailure) as failure:
+        run_and_check(CASE, (), batch())
+    assert failure.value.oracle == "dynamo-contract"
+    assert "Inductor's cache is" in failure.value.diagnosis and "not strictly inside" in failure.value.diagnosis
 
 
 @pytest.mark.parametrize("case, sizes, words", [

@@ -6,6 +6,8 @@ served from SGLang's compile cache computes (`graph-replay`). Evidence comes fro
 - the Inductor config in force for each compile holds SGLang's `PostGradPassManager` as `post_grad_custom_post_pass`
   (the one its `SGLangBackend` configured), and a per-size compile runs with `set_inductor_config`'s tuning
   (`max_autotune`, `coordinate_descent_tuning`) on, the general one with the process defaults;
+- SGLang's adaptor sends Inductor's and Triton's caches to two distinct sub-folders of its cache folder (so one
+  folder carries the whole cache to another machine, and neither writes among SGLang's own files);
 - SGLang's cache file, read back by the next session, holds one handle per (size or None, piece, "inductor");
 - a piece loaded from those handles gives the fresh piece's outputs, bit for bit (the same compiled artifact).
 """
@@ -72,6 +74,31 @@ def check_compiles(compiles: list, *, pieces: int, compile_sizes: Iterable[int],
                                     f"(set_inductor_config turns it on for a runtime shape only)",
                                     attribute=name, values=values)
     return {"adaptor_compiles": len(got), "pieces": pieces, "compile_sizes": sizes}
+
+
+def check_cache_layout(redirected: list[dict], *, what: str) -> dict:
+    """Each `InductorAdaptor.initialize_cache` left `TORCHINDUCTOR_CACHE_DIR` and `TRITON_CACHE_DIR` on two distinct
+    folders strictly inside SGLang's cache folder (its `cache_dir` less the rank prefix), both created."""
+    import os
+
+    for entry in redirected:
+        if entry["disabled"]:
+            continue
+        cache_dir, prefix = entry["cache_dir"], entry["prefix"]
+        base = os.path.normpath(cache_dir[: -len(prefix)] if prefix else cache_dir)
+        folders = {name: entry[name] for name in ("inductor", "triton")}
+        for name, folder in folders.items():
+            inside = folder is not None and os.path.commonpath([base, os.path.normpath(folder)]) == base \
+                and os.path.normpath(folder) != base
+            if not inside or not os.path.isdir(folder):
+                raise OracleFailure(ORACLE, f"{what}: after initialize_cache({cache_dir!r}) {name.title()}'s cache is "
+                                    f"{folder!r}, where it must be a folder of its own inside SGLang's cache folder "
+                                    f"{base!r}" + ("" if inside else " (it is not strictly inside)"),
+                                    **folders, base=base)
+        if os.path.normpath(folders["inductor"]) == os.path.normpath(folders["triton"]):
+            raise OracleFailure(ORACLE, f"{what}: Inductor and Triton share the cache folder {folders['inductor']!r}",
+                                **folders)
+    return {"cache_folders": len(redirected)}
 
 
 def check_cache_read(cache: dict, *, pieces: int, compile_sizes: Iterable[int], what: str) -> dict:

@@ -148,6 +148,7 @@ class CompileRecorder:
         self.compiles: list[CompileRecord] = []
         self.cache_read: list[dict] = []  # one per SGLangBackend: the handles SGLang read from its cache file
         self.cache_dirs: list[str] = []
+        self.redirected: list[dict] = []  # per initialize_cache: its folders, and where Inductor and Triton now write
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> CompileRecorder:
@@ -182,6 +183,9 @@ class CompileRecorder:
             original_init(manager, cache_dir, disable_cache=disable_cache, prefix=prefix)
             recorder.cache_read.append(dict(manager.cache))
             recorder.cache_dirs.append(cache_dir)
+            recorder.redirected.append({"cache_dir": cache_dir, "prefix": prefix, "disabled": disable_cache,
+                                        "inductor": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+                                        "triton": os.environ.get("TRITON_CACHE_DIR")})
 
         self._stack.enter_context(mock.patch.object(CompilerManager, "compile", compile))
         self._stack.enter_context(mock.patch.object(CompilerManager, "initialize_cache", initialize_cache))
@@ -225,6 +229,7 @@ class SessionEvidence:
     cache_read: dict
     assigned: list
     pass_managers: list  # each piece's SGLangBackend.post_grad_pass_manager (the one it configured)
+    redirected: list = dataclasses.field(default_factory=list)  # CompileRecorder.redirected
 
 
 class InductorPieces:
@@ -250,6 +255,7 @@ class InductorPieces:
         self.case = case
         self.compile_sizes = tuple(sorted(set(compile_sizes)))
         self.cache_dirs: list[str] = []
+        self.redirected: list[dict] = []  # per initialize_cache: its folders, and where Inductor and Triton now write
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> InductorPieces:
@@ -282,7 +288,8 @@ class InductorPieces:
         pieces = {piece.piecewise_compile_index: piece for piece in plug.pieces}
         return SessionEvidence(session, recorder.compiles, pieces, recorder.cache_read[-1] if recorder.cache_read
                                else {}, plug.assigned,
-                               [piece.sglang_backend.post_grad_pass_manager for piece in plug.pieces])
+                               [piece.sglang_backend.post_grad_pass_manager for piece in plug.pieces],
+                               recorder.redirected)
 
     def piece_outputs(self, evidence: SessionEvidence) -> dict:
         """(shape, index) -> (args, output) for every shape SGLang keys a handle by (None: the general graph, run
@@ -350,6 +357,7 @@ def run_and_check(case, compile_sizes: tuple[int, ...], batch, ex=None) -> dict:
             expected = dict(pieces=evidence.session.graphs_per_forward, compile_sizes=pieces.compile_sizes)
             notes[label] = oracle.check_compiles(evidence.compiles, pass_managers=evidence.pass_managers,
                                                  what=what, **expected)
+            notes[label].update(oracle.check_cache_layout(evidence.redirected, what=what))
             if label == "fresh cache":
                 fresh = pieces.piece_outputs(evidence)
             else:
