@@ -1,4 +1,5 @@
-"""One rank's server: SGLang's decode runner on a real model, driven by SGLang's scheduler code, inside a world.
+"""One rank's server: SGLang's decode runner (and, drawn, its breakable prefill runner) on a real model, driven by
+SGLang's scheduler code, inside a world.
 
 `WorldTarget` is the real-model decode target (`harness.targets.decode.real_model`) placed in a world: its server
 args carry the world's flags and are published for this rank; the model is SGLang's class loaded by SGLang's loader
@@ -8,7 +9,8 @@ or eager, the eager DP padding, the MLP-sync post-processing) and `attn_tp_seque
 
 `RankServer.play(program)` runs each iteration as SGLang's scheduler does: the rank's local batch (a prefill of
 new prompts, a decode step, or none), `prepare_mlp_sync_batch_raw` when the world syncs (the DP group's gather of
-token counts and vote, an idle batch for an idle rank), `ForwardBatch.init_new`, `ModelRunner._forward_raw`, the
+token counts and votes, an idle batch for an idle rank), the decode-to-extend conversion
+(`SchedulerDPAttnAdapter.maybe_convert_decode_to_extend`), `ForwardBatch.init_new`, `ModelRunner._forward_raw`, the
 greedy next tokens. Before each forward the ranks exchange what their runner decided (graph or eager, the bucket
 it padded to) on a gloo group of the harness's own: ranks that disagree would run different collectives and hang,
 so the disagreement is reported instead (`world-agreement`). After a replay, the same batch runs again eager on
@@ -179,8 +181,9 @@ class RankServer:
         """SGLang's in-model compiled helpers (`torch.compile` inside its layers: at TP > 1 the vocabulary-parallel
         embedding's `get_masked_input_and_mask`, dynamic) compile their variants at capture, and a forward mode's
         first batch at serve time (eager, or a replay's eager twin) may compile once more (a server's warm-up
-        request); after that only Dynamo's 0/1 specialisation may compile (`recompile.size_class_compile`: the
-        size-1 frame, once); any other compile is a guard that fails per size or per state, at serve time."""
+        request); after that only Dynamo's bounded variants may compile (`recompile.size_class_compile`: the
+        size-1 frame, a view's base); any other compile is a guard that fails per size or per state, at serve
+        time."""
         from harness.oracles.recompile import size_class_compile
 
         first = row.forward_mode is not None and row.forward_mode not in warmed
@@ -267,8 +270,9 @@ class RankServer:
         return row
 
     def decide(self, batch, fb, row: IterationRecord) -> tuple:
-        """What this rank's runner decides for `fb` before any collective: graph or eager and, for a graph, the
-        bucket `load_batch` pads to (and the pad mask it writes)."""
+        """What this rank decides for `fb` before any collective, as (runner, graph, bucket): an extend batch (or
+        an idle one SGLang pads into a dummy extend) asks the prefill runner, when the world captured one; any
+        other the decode runner, whose `load_batch` gives the bucket (and the pad mask it writes)."""
         prefill = self.target.prefill_runner
         if prefill is not None and (fb.forward_mode.is_extend() or fb.forward_mode.is_idle()):
             # `_forward_raw` asks the prefill runner after SGLang's DP padding (`_prepare_eager_forward_batch`: with
@@ -306,9 +310,9 @@ class RankServer:
                                 decisions=decisions)
 
     def eager_twin(self, batch, replayed: torch.Tensor, before: list, row: IterationRecord) -> None:
-        """The batch again, eager (the graph runners hidden from `_forward_raw`), on the cache the replay saw: its
-        within float32 tolerance of the replay's (the graph's GEMMs run padded rows) and the KV cache it leaves
-        equal, slot 0 (SGLang's padding slot) aside."""
+        """The batch again, eager (both graph runners hidden from `_forward_raw`), on the cache the replay saw: its
+        logits within float32 tolerance of the replay's (the graph's GEMMs run padded rows) and the KV cache it
+        leaves equal, slot 0 (SGLang's padding slot) aside."""
         pools = self.scheduler.pools
         after_replay = pools.snapshot()
         pools.restore(before)
