@@ -133,7 +133,8 @@ SUITES: tuple[Suite, ...] = (
         records={"parallel_worlds": Picture("world_label", "max_running_requests")},
         coverage=("srt/model_executor/runner/decode_cuda_graph_runner.py", "srt/layers/dp_attention.py",
                   "srt/managers/scheduler_components/dp_attn.py", "srt/models/qwen3.py",
-                  "srt/distributed/bootstrap.py", "srt/model_executor/runner/eager_runner.py"),
+                  "srt/distributed/bootstrap.py", "srt/model_executor/runner/eager_runner.py",
+                  "srt/model_executor/runner/prefill_cuda_graph_runner.py"),
     ),
 )
 
