@@ -94,6 +94,5 @@ def world_cases(draw, ranks: int = 2):
             prefill = draw(st.lists(st.integers(2, 16), min_size=1, max_size=3, unique=True), label="prefill_tokens")
         # drawn on the capture alignment: sizes off it crash SGLang 0.5.23's replay when attention is scattered
         # (tests/test_worlds.py::test_findings_prefill_bucket_off_the_alignment, strict xfail)
-        align = world.capture_alignment()
-        prefill = sorted({-(-n // align) * align for n in prefill})
+        prefill = sorted({world.aligned(n) for n in prefill})
     return WorldCase(world, family_of(world), tuple(sorted(capture)), capacity, program, tuple(sorted(prefill)))

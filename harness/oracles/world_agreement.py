@@ -63,8 +63,7 @@ class Expected:
 def prefill_capture_list(case: WorldCase) -> list[int]:
     """The prefill runner's token counts: each asked count aligned up to the capture alignment, deduplicated, sorted
     (`get_prefill_num_tokens_to_capture`: capture and replay shards of equal width)."""
-    align = case.world.capture_alignment()
-    return sorted({-(-n // align) * align for n in case.prefill_tokens})
+    return sorted({case.world.aligned(n) for n in case.prefill_tokens})
 
 
 def prefill_fits(tokens: int, capture: list[int]) -> bool:
@@ -95,7 +94,7 @@ def _prefill_expectation(world, case: WorldCase, works, counts: list[int], exten
     # the largest count aligned to the attention-TP width) and an idle rank runs a dummy extend of it
     converted = [together and not idle and not isinstance(w, Admit) and n > 0 for w, n in zip(works, counts)]
     graph = [together and (isinstance(w, Admit) or c or n == 0) for w, n, c in zip(works, counts, converted)]
-    widest = max(-(-n // world.attn_tp) * world.attn_tp for n in gathered)
+    widest = max(world.aligned(n, world.attn_tp) for n in gathered)
     bucket = own_bucket(widest, capture) if together else None
     arithmetic = (f"per-rank votes {votes} for tokens {counts} against captured {capture} (at most the largest, "
                   f"padded at most 2x), group vote {vote}; a rank prefills: {extend}; an idle DP rank: {idle}; "

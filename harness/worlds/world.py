@@ -13,7 +13,6 @@ serves one batch: the program has one column.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +136,11 @@ class World:
         (SGLang's `resolve_max_num_reqs`, the KV capacity ample)."""
         return max(1, max_running_requests // self.dp_ranks)
 
+    def aligned(self, count: int, width: int | None = None) -> int:
+        """`count` aligned up to `width` (default the capture alignment), as SGLang's `ceil_align`."""
+        width = width or self.capture_alignment()
+        return -(-count // width) * width
+
     def capture_alignment(self) -> int:
         """The factor every captured size is a multiple of: the attention-TP width when the runner gathers
         (`get_cuda_graph_batch_size_alignment`, no two-batch overlap, no context parallel)."""
@@ -147,7 +151,7 @@ class World:
         request pool aligned up joins the list when a requested size exceeds it; sizes not a multiple of the
         alignment, or above the aligned pool, are dropped."""
         align = self.capture_alignment()
-        pool = math.ceil(self.requests_per_rank(max_running_requests) / align) * align
+        pool = self.aligned(self.requests_per_rank(max_running_requests))
         sizes = list(requested) + ([pool] if max(requested) > pool else [])
         return sorted({s for s in sizes if s % align == 0 and s <= pool})
 
