@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from harness.checkout import REPO_ROOT
+from harness.devices.triton_interpreter import keep_traced
 from harness.registry import coverage_rows
 
 LINE_TESTS = "line_tests.json"  # beside the data file: file -> line -> the test items that executed it
@@ -80,6 +81,7 @@ class SGLangCoverage:
         self.data_file = Path(report_dir) / ".sglang-coverage"
         files = {t.split("::")[0] for _, _, targets in coverage_rows().values() for t in targets}
         self.include = [str(self.root / f) for f in files]
+        keep_traced(self.include)
         self.cov = coverage.Coverage(data_file=str(self.data_file), data_suffix=True, include=self.include,
                                      config_file=False, branch=True)
 
@@ -182,6 +184,7 @@ def measuring(settings: dict | None):
 
     cov = coverage.Coverage(data_file=settings["data_file"], data_suffix=True, include=settings["include"],
                             config_file=False, branch=True)
+    keep_traced(settings["include"])
 
     @contextlib.contextmanager
     def block():

@@ -235,3 +235,88 @@ def test_a_captured_triton_launch_replays_in_order_on_new_inputs(virtual):
     graph.replay()
     assert out.tolist() == [6.0, -12.0, 120.0]  # 12 * [0.5, -1, 10]: the kernel ran again on the new x
     assert z.tolist() == [7.0, -11.0, 121.0]  # ... before the aten op that reads it
+
+
+@pytest.mark.parametrize("measured", [False, True])
+def test_an_interpreted_launch_runs_untraced_unless_its_file_is_measured(measured, monkeypatch):
+    """A launch runs without the thread's trace function (coverage's tracer: half a real-model example's time) and
+    gives it back; a kernel in a file the campaign measures (`keep_traced`: SGLang's dp_attention.py holds two)
+    stays traced."""
+    import os
+
+    import triton
+    import triton.language as tl
+
+    from harness.devices import triton_interpreter
+    from harness.devices.triton_interpreter import InterpretedKernel
+
+    @triton.jit
+    def double(x_ptr, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets) * 2)
+
+    monkeypatch.setattr(triton_interpreter, "_TRACED_FILES", {os.path.realpath(__file__)} if measured else set())
+    seen = []
+
+    def tracer(frame, event, arg):
+        seen.append(frame.f_code.co_name)
+        return None
+
+    x = torch.tensor([1.0, 2.0])
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        InterpretedKernel(double)[(1,)](x, BLOCK=2)
+        restored = sys.gettrace()
+    finally:
+        sys.settrace(previous)
+    assert x.tolist() == [2.0, 4.0]
+    assert restored is tracer
+    assert ("double" in seen) is measured  # the kernel's body, run by the interpreter
+    assert "_launch" in seen  # the launch itself is traced either way
+
+
+def test_coverage_keeps_the_lines_its_callers_run_after_an_untraced_launch(tmp_path):
+    """Under coverage.py's own tracer, a launch run untraced costs no line of the measured code around it: the
+    lines after the launch in the calling function, and in its caller, are recorded."""
+    import coverage
+
+    source = tmp_path / "measured_caller.py"
+    source.write_text(
+        "import torch\n"
+        "def launch_then_more(kernel):\n"
+        "    x = torch.tensor([1.0, 2.0])\n"
+        "    kernel[(1,)](x, BLOCK=2)\n"
+        "    y = x.tolist()\n"  # line 5: after the launch
+        "    return y\n"
+        "def caller(kernel):\n"
+        "    y = launch_then_more(kernel)\n"
+        "    z = y + [0.0]\n"  # line 9
+        "    return z\n")
+    import triton
+    import triton.language as tl
+
+    from harness.devices.triton_interpreter import InterpretedKernel
+
+    @triton.jit
+    def double(x_ptr, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets) * 2)
+
+    kernel = InterpretedKernel(double)
+    sys.path.insert(0, str(tmp_path))
+    cov = coverage.Coverage(data_file=None, include=[str(source)], branch=True, config_file=False)
+    try:
+        cov.start()
+        try:
+            import measured_caller
+
+            result = measured_caller.caller(kernel)
+        finally:
+            cov.stop()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("measured_caller", None)
+    assert result == [2.0, 4.0, 0.0]
+    _, _, _, missing, _ = cov.analysis2(str(source))
+    assert missing == [], f"lines lost around an untraced launch: {missing}"
