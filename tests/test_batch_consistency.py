@@ -1,7 +1,9 @@
 """Oracle `batch-consistency`: each relation between a batch's fields, judged in process on hand-made batches, and
-three mutants of SGLang shown to fire on the real-model suite, where the Triton backend ignores the fields they
+four mutants of SGLang shown to fire on the real-model suite, where the Triton backend ignores the fields they
 break (the replay still equals eager): the replay view's `seq_lens_sum` without its padded rows, its host mirror
-of seq_lens handed over unpadded, and `extend_start_loc` shifted by one request. Clean runs are the suites'."""
+of seq_lens handed over unpadded, `extend_start_loc` shifted by one request, and the EAGLE draft runner's padded
+replay handing its multi-step backend (no AttentionBackend subclass) the unpadded mirror (seed 8117's survivor).
+Clean runs are the suites'."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -15,6 +17,7 @@ from tests.mutant_runs import Mutant, assert_caught
 RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 BATCH = "srt/model_executor/forward_batch_info.py"
 REAL = "suites/test_real_models.py"
+DRAFT_RUNNER = "srt/speculative/eagle_draft_cuda_graph_runner.py"
 
 
 class Mode:
@@ -87,6 +90,15 @@ MUTANTS = {
         edits=[(BATCH, "    extend_start_loc[1:] = torch.cumsum(extend_seq_lens[:-1], dim=0)\n",
                 "    extend_start_loc[1:] = torch.cumsum(extend_seq_lens[1:], dim=0)\n")],
         oracle="batch-consistency", texts=["`extend_start_loc` is", "exclusive prefix sum"]),
+    "draft_mirror_left_unpadded": Mutant(
+        test=f"{REAL}::test_eagle_draft_replays_match_eager",
+        edits=[(DRAFT_RUNNER, "        if forward_batch.seq_lens_cpu is not None:\n            if bs != raw_bs:\n"
+                "                buffers.seq_lens_cpu.fill_(self.seq_len_fill_value)\n"
+                "            buffers.seq_lens_cpu[:raw_bs].copy_(forward_batch.seq_lens_cpu)\n"
+                "            forward_batch.seq_lens_cpu = buffers.seq_lens_cpu[:bs]\n", "")],
+        oracle="batch-consistency",
+        texts=["TritonMultiStepDraftBackend.init_forward_metadata_out_graph",
+               "`seq_lens_cpu` has 2 rows, the batch 3"]),
 }
 
 
@@ -94,4 +106,5 @@ MUTANTS = {
 @pytest.mark.subprocess
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_fails_with_its_diagnosis(name, tmp_path):
-    assert_caught(name, MUTANTS[name], tmp_path, extra=("-k", "dense"))
+    mutant = MUTANTS[name]
+    assert_caught(name, mutant, tmp_path, extra=() if "eagle" in mutant.test else ("-k", "dense"))

@@ -127,13 +127,25 @@ class Watch:
 
 
 def _backends() -> list[type]:
-    """Every attention backend class loaded so far (SGLang's subclasses of its AttentionBackend, the harness's too)."""
+    """Every attention backend class loaded so far: SGLang's subclasses of its AttentionBackend (the harness's too),
+    and the classes of SGLang's attention modules that take a batch at an entry point without subclassing it (the
+    multi-step draft backends, `TritonMultiStepDraftBackend` and its kin, which take the EAGLE draft runner's padded
+    batch and hand each step's backend a view of it)."""
     base = getattr(sys.modules.get(BASE), "AttentionBackend", None)
     found, stack = [], [base] if base else []
     while stack:
         cls = stack.pop()
         found.append(cls)
         stack.extend(cls.__subclasses__())
+    known = set(found)
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("sglang.") or ".attention" not in name:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == name and value not in known \
+                    and any(entry in vars(value) for entry in ENTRY_POINTS):
+                found.append(value)
+                known.add(value)
     return found
 
 
