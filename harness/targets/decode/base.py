@@ -573,19 +573,20 @@ class DecodeTarget:
 
     @contextlib.contextmanager
     def _compile_backend(self):
-        """patch_model compiles with inductor; with compile_backend "eager" those compiles use Dynamo's eager
-        backend (still Dynamo: guards, graph breaks, recompiles), by wrapping torch.compile during construction
-        only. A platform's own backend (the NPU override's npugraph_ex stand-in) is left as it is."""
+        """patch_model compiles with inductor; with compile_backend "eager" (or "aot_eager") those compiles use that
+        backend instead (still Dynamo: guards, graph breaks, recompiles; aot_eager adds AOTAutograd's
+        functionalisation and every op's fake kernel), by wrapping torch.compile during construction only. A
+        platform's own backend (the NPU override's npugraph_ex stand-in) is left as it is."""
         if not self.case.enable_torch_compile or self.case.compile_backend == "inductor":
             yield
             return
-        original = torch.compile
+        original, backend = torch.compile, self.case.compile_backend
 
         def compile_eager(model=None, *args, **kwargs):
             if kwargs.get("backend", "inductor") == "inductor":
                 kwargs.pop("mode", None)
                 kwargs.pop("options", None)
-                kwargs["backend"] = "eager"
+                kwargs["backend"] = backend
             return original(model, *args, **kwargs)
 
         with mock.patch.object(torch, "compile", compile_eager):
