@@ -207,6 +207,28 @@ def cpu_construction() -> Iterator[None]:
         yield
 
 
+def runner_startup() -> None:
+    """The expert distribution recorder SGLang's `ModelRunner.initialize` installs before it loads a model
+    (`maybe_init_expert_location_metadata`: `ExpertDistributionRecorder.init_new`, the no-op one unless
+    `--expert-distribution-recorder-mode`). Skipped, a model's first forward installs it itself, into SGLang's
+    runtime resources: inside a compiled region a write Dynamo cannot trace (`super().__setattr__` of a msgspec
+    struct), a graph break no real server has (found on the MLA family's compiled decode). The other half of that
+    step, the expert location metadata, is left unset: SGLang allows it once a process, and the harness builds many
+    models in one. Releases whose runtime resources hold no recorder (0.5.14 and before) keep it in a module
+    global: nothing to do there."""
+    try:
+        from sglang.srt.eplb import expert_distribution as recorders
+        from sglang.srt.runtime_context import get_resources
+    except ImportError:
+        return
+    resources = get_resources()
+    if hasattr(resources, "expert_distribution_recorder") and resources.expert_distribution_recorder is None:
+        from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+        recorders.set_global_expert_distribution_recorder(
+            recorders.ExpertDistributionRecorder.init_new(get_global_expert_location_metadata(), rank=0))
+
+
 @dataclasses.dataclass
 class RealModel:
     family: Family
@@ -246,6 +268,7 @@ def build_family(spec: Family, path: str | None = None, seed: int = 1234) -> Rea
 
     path = path or write_config(spec)
     config = model_config(path)
+    runner_startup()
     with cpu_construction():
         model = get_model(model_config=config, load_config=LoadConfig(load_format="dummy"),
                           device_config=DeviceConfig("cpu"))

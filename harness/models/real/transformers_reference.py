@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from harness.models.real import WEIGHT_RANGE, RealModel, cpu_construction, model_config, spec, write_config
+from harness.models.real import WEIGHT_RANGE, RealModel, cpu_construction, model_config, runner_startup, spec, \
+    write_config
 
 SEED = 5
 # family -> the config keys transformers reads in its own spelling
@@ -83,6 +84,7 @@ def load_sglang(family: str, folder: str) -> RealModel:
     from sglang.srt.model_loader import get_model
 
     config = model_config(folder)
+    runner_startup()
     with cpu_construction():
         model = get_model(model_config=config, load_config=LoadConfig(load_format="auto"),
                           device_config=DeviceConfig("cpu"))
