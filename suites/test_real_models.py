@@ -206,7 +206,7 @@ def test_findings_residual_contribution_breaks_the_compiled_graph(device, monkey
     compiled forward breaks."""
     from harness.oracles import model_graph_breaks
 
-    monkeypatch.setattr(model_graph_breaks, "HOLD_FINDINGS", r"\bContribution\b")
+    monkeypatch.setattr(model_graph_breaks, "HOLD_FINDINGS", model_graph_breaks.CONTRIBUTION)
     test_real_model_compiled_replay_matches_eager.hypothesis.inner_test(
         family="dense", drawn=compiled(PADDED_BETWEEN_SIZES), device=device)
 
