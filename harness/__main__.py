@@ -145,7 +145,7 @@ def repro(options, extra: list[str]) -> int:
     from harness.repro import repro as run_repro
 
     try:
-        return run_repro(options.file, options.budget, Path(options.out))
+        return run_repro(options.file, options.budget, Path(options.out), Path(options.pin_dir))
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -273,6 +273,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness") -> int:
     again.add_argument("file", help="a pasted log or traceback, or a line of a run's failures.jsonl")
     again.add_argument("--budget", type=float, default=300.0, help="seconds to search (default 300)")
     again.add_argument("--out", default="reports/repro", help="where the standalone script goes")
+    again.add_argument("--pin-dir", default="suites/regressions",
+                       help="where the regression test goes (default suites/regressions, run by later repros first)")
     again.set_defaults(handler=repro)
     change = commands.add_parser("mutate", help="mutants of SGLang's targeted functions: which does no check kill?")
     change.add_argument("--count", type=int, default=None, help="mutants to draw (default: all)")

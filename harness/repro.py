@@ -712,7 +712,11 @@ def test_{name}():
 '''
 
 
-def write_outputs(record: dict, suite: str, out: Path) -> tuple[Path, Path]:
+# where a reproduced failure's regression test goes by default: the pinned regressions `known_findings` runs first
+PINS = REPO_ROOT / "suites" / "regressions"
+
+
+def write_outputs(record: dict, suite: str, out: Path, pins: Path = PINS) -> tuple[Path, Path]:
     module = registry.get(suite).module
     digest = hashlib.sha256(json.dumps(record["drawn"], sort_keys=True).encode()).hexdigest()[:8]
     name = f"{suite}_{record.get('oracle', 'crash').replace('-', '_')}_{digest}"
@@ -723,12 +727,13 @@ def write_outputs(record: dict, suite: str, out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     script = out / f"repro_{name}.py"
     script.write_text(SCRIPT.format(name=script.name, prologue=script_prologue(str(REPO_ROOT)), **fields))
-    regression = REPO_ROOT / "suites" / "regressions" / f"test_{name}.py"
+    pins.mkdir(parents=True, exist_ok=True)
+    regression = pins / f"test_{name}.py"
     regression.write_text(REGRESSION.format(name=name, **fields))
     return script, regression
 
 
-def repro(path: str, budget: float, out: Path) -> int:
+def repro(path: str, budget: float, out: Path, pins: Path = PINS) -> int:
     text = read_report(path)
     record = failure_record(text)
     started = time.time()
@@ -766,7 +771,7 @@ def repro(path: str, budget: float, out: Path) -> int:
     if not record.get("drawn"):
         print(f"[repro] the record carries no drawn values; replay it with:\n  {record.get('replay')}")
         return 1
-    script, regression = write_outputs(record, suite, out)
+    script, regression = write_outputs(record, suite, out, pins)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO_ROOT)
     confirmed = done.returncode == 1
     print(f"[repro] standalone script: {script} ({'fails as reported' if confirmed else 'DID NOT fail on rerun'})"
