@@ -244,6 +244,7 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
     (("--speculative-num-draft-tokens",), "speculative_num_draft_tokens",
      lambda v: [_number(v)] if _number(v) else None),
     (("--tp", "--tp-size", "--tensor-parallel-size"), "tp_size", lambda v: [_number(v)] if _number(v) else None),
+    (("--pp", "--pp-size", "--pipeline-parallel-size"), "pp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--dp", "--dp-size", "--data-parallel-size"), "dp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--enable-dp-attention",), "enable_dp_attention", lambda v: [True]),
     (("--moe-dense-tp-size",), "moe_dense_tp_size", lambda v: [_number(v)] if _number(v) else None),

@@ -2,7 +2,8 @@
 iteration.
 
 `world_cases(ranks)` draws:
-- a world of `ranks` processes (`worlds`): plain tensor parallel or DP attention, over every rank (one
+- a world of `ranks` processes (`worlds`): a two-stage pipeline (`--pp-size 2`, plain TP in each stage), or
+  plain tensor parallel or DP attention, over every rank (one
   attention-TP rank per DP rank) or over half of them (attention-TP width 2, four ranks); with or without
   `--moe-dense-tp-size 1` (without DP attention: attention's input scattered over the TP group, capture sizes
   aligned to it); with or without MoE expert parallelism (`--ep-size`: the runner then publishes the real token
@@ -25,13 +26,17 @@ from harness.worlds.world import Admit, Decode, Finish, Idle, World, WorldCase
 
 VOCAB = 128
 WORLD_FAMILY = "qwen3"  # a dense class built for DP attention (harness.models.real.WORLD_FAMILIES)
+PIPELINE_FAMILY = "qwen3-2l"  # Qwen3 with two layers: one per stage of a two-stage pipeline
 DENSE_TP_FAMILY = "mla"  # DeepSeek-V2: its dense layer honours --moe-dense-tp-size (a dense Qwen3 MLP does not)
 
 
 @st.composite
 def worlds(draw, ranks: int):
-    """A world of `ranks` processes: with or without DP attention (over every rank, or over half: attention-TP width
-    2), with or without `--moe-dense-tp-size 1`; narrowed to a reported launch command's flags (repro)."""
+    """A world of `ranks` processes: a pipeline of two stages (plain TP within each), or one stage with or without
+    DP attention (over every rank, or over half: attention-TP width 2), with or without `--moe-dense-tp-size 1`;
+    narrowed to a reported launch command's flags (repro)."""
+    if draw(narrow("pp_size", st.sampled_from([1, 2]), domain=[1, 2]), label="pp_size") == 2:
+        return World(tp=ranks // 2, pp=2)
     attention = draw(narrow("enable_dp_attention", st.booleans(), domain=[False, True]), label="enable_dp_attention")
     widths = [d for d in (2, 4) if d <= ranks]
     dp = draw(narrow("dp_size", st.sampled_from(widths), domain=widths), label="dp_size") if attention else 1
@@ -42,7 +47,9 @@ def worlds(draw, ranks: int):
 
 
 def family_of(world: World) -> str:
-    """The family a world serves: one whose model class supports the world's layout."""
+    """The family a world serves: one whose model class supports the world's layout (a layer per stage)."""
+    if world.pp > 1:
+        return PIPELINE_FAMILY
     return DENSE_TP_FAMILY if world.moe_dense_tp is not None else WORLD_FAMILY
 
 

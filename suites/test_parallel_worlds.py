@@ -2,6 +2,9 @@
 a model loaded shard by shard from a transformers checkpoint, the decode runner's graphs captured on every rank,
 and a drawn program of scheduler iterations, each attention-DP rank with its own load (`harness/targets/worlds`).
 
+Worlds: tensor parallel, attention DP, scattered attention with expert parallelism, and a two-stage pipeline whose
+stages hand hidden states over SGLang's PP group (`Stages` in `harness/targets/worlds/serving.py`).
+
 Checked (`harness/oracles/world_agreement.py`): each rank's placement, capture list, DP gather, vote, graph-or-eager
 decision and bucket against the world's arithmetic, the same on every rank; each replay against the same batch
 run eager (in the rank); every request's next-token logits against transformers' for its tokens. A rank that
@@ -18,7 +21,7 @@ from harness.oracles.world_agreement import check_world, construction_refusal, r
 from harness.profiles import suite_settings
 from harness.record import example
 from harness.worlds.world import Admit, Decode, Finish, Idle, World, WorldCase
-from strategies.worlds import DENSE_TP_FAMILY, WORLD_FAMILY, world_cases
+from strategies.worlds import DENSE_TP_FAMILY, PIPELINE_FAMILY, WORLD_FAMILY, world_cases
 
 # rank 0 admits two prompts, rank 1 one; then both decode (DP loads 2 and 1: bucket 2 on both), rank 1 idles while
 # rank 0 decodes (the idle rank replays with the group), rank 0 finishes a request and rank 1 admits (a prefill:
@@ -55,6 +58,18 @@ DP_PREFILL_GRAPHS = WorldCase(World(tp=2, dp=2, dp_attention=True), WORLD_FAMILY
     (Decode(), Admit(((14, 15, 16),))),
     (Decode(), Decode()),
     (Admit(((20,) * 9,)), Decode()),
+), prefill_tokens=(4, 8))
+
+# a two-stage pipeline (--pp-size 2, a layer per stage): each stage captures decode sizes 1 and 2 and prefill
+# graphs of 4 and 8 tokens; stage 0 hands its hidden states and residual to stage 1 at every forward. Both stages
+# replay the 5-token prefill (bucket 8) and the two-request decode (bucket 2); the 1-token prompt would pad past
+# twice its tokens (eager); three requests exceed the decode capture (eager); after a finish two replay again
+PIPELINE = WorldCase(World(tp=1, pp=2), PIPELINE_FAMILY, (1, 2), 4, (
+    (Admit(((5, 6, 7), (9, 10))),),
+    (Decode(),),
+    (Admit(((11,),)),),
+    (Decode(),),
+    (Finish((1,)),),
 ), prefill_tokens=(4, 8))
 
 
@@ -122,6 +137,7 @@ def run_case(case: WorldCase, reference, coverage=None, **launch):
 @hypothesis_example(case=TP_PAST_CAPTURE)
 @hypothesis_example(case=SCATTERED_ATTENTION)
 @hypothesis_example(case=DP_PREFILL_GRAPHS)
+@hypothesis_example(case=PIPELINE)
 def test_two_rank_world_matches_its_arithmetic_and_transformers(case, layout, reference, coverage):
     run_case(case, reference, coverage)
 

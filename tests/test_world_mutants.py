@@ -30,6 +30,14 @@ broken; clean SGLang passes the same worlds.
 - decode_not_converted: `maybe_convert_decode_to_extend` no longer converts: rank 0's decode stays a decode the
   group voted off the decode graph (a peer prefills) while rank 1 replays the prefill graph (`world-agreement`,
   iteration 1).
+- pipeline_proxy_not_copied: the buffer registry's pipeline slots no longer take the previous stage's hidden
+  states into the graph's inputs (`_pp_source` answers None): stage 1 replays the capture's stale rows, so its
+  replay differs from the same batch eager (`world-agreement`, naming rank 1 and pipeline stage 1).
+- eager_drops_the_pipeline_input: `ModelRunner._pp_kwargs` hands no hidden states to an eager forward: stage 1's
+  first eager forward (the replayed prefill's eager twin) has nothing to start from and the rank stops with
+  SGLang's own error (`world-rank`, rank 1, iteration 0).
+- prefill_graph_drops_the_pipeline_input: the prefill runner's layer-model kwargs leave out the previous stage's
+  hidden states: stage 1 cannot capture its prefill graphs (`world-rank`, rank 1, before any iteration).
 - rank_one_fails_its_capture: rank 1 raises in its capture; rank 0 waits in a collective it never joins. The world
   is recorded with rank 1's error first and rank 0 killed as hung: nothing is left running (`world-rank`).
 - rank_one_skips_the_dp_sync: rank 1 skips the DP group's gather; rank 0 waits for it forever. Both are killed at
@@ -45,7 +53,7 @@ from harness.mutants import scratch_sglang
 from harness.oracles import OracleFailure
 from harness.worlds.world import Admit, Decode, World, WorldCase
 from strategies.worlds import WORLD_FAMILY
-from suites.test_parallel_worlds import DP_IDLE_RANK, DP_PREFILL_GRAPHS, SCATTERED_ATTENTION, run_case
+from suites.test_parallel_worlds import DP_IDLE_RANK, DP_PREFILL_GRAPHS, PIPELINE, SCATTERED_ATTENTION, run_case
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # each world: two rank processes
 
@@ -55,6 +63,8 @@ DP_ATTENTION = "srt/layers/dp_attention.py"
 BASE_RUNNER = "srt/model_executor/runner/base_cuda_graph_runner.py"
 REGISTRY = "srt/model_executor/cuda_graph_buffer_registry.py"
 EMBEDDING = "srt/layers/vocab_parallel_embedding.py"
+MODEL_RUNNER = "srt/model_executor/model_runner.py"
+PREFILL_RUNNER = "srt/model_executor/runner/prefill_cuda_graph_runner.py"
 # the DP world up to its idle iteration (iteration 3, a prefill beside a decode, stays in for the vote mutant)
 DP_SHORT = dataclasses.replace(DP_IDLE_RANK, program=DP_IDLE_RANK.program[:4])
 # two eager prefills of lengths no capture compiled (3 tokens, then 4) in a TP-2 world: the vocabulary-parallel
@@ -232,3 +242,33 @@ def test_rank_stuck_before_the_dp_sync_hangs_and_both_are_killed_with_their_stac
     assert "hung" in failure.diagnosis and "time.sleep" not in failure.diagnosis
     assert "dp_attn.py" in outcome.hung[1], outcome.hung[1][-2000:]
     assert outcome.leftover() == [], outcome
+
+
+def test_clean_sglang_passes_the_pipeline_world(reference):
+    failure, outcome = judged(PIPELINE, reference)
+    assert failure is None, failure
+    for stage in (0, 1):  # both stages replay the same iterations: prefill, decode, -, -, decode after a finish
+        assert [row.graph for row in outcome.records[stage].iterations] == [True, True, False, False, True]
+    assert outcome.records[1].iterations[1].requests and not outcome.records[0].iterations[1].requests
+
+
+def test_pipeline_proxy_not_copied_fails_naming_the_stage(reference):
+    failure, _ = judged(PIPELINE, reference, [(REGISTRY, "return None if ppx is None else ppx.tensors.get(key)",
+                                               "return None")])
+    assert failure is not None and failure.oracle == "eager-equality", failure
+    assert "iteration 0 on rank 1" in failure.diagnosis and "pipeline stage 1: output['next_token_logits']" in \
+        failure.diagnosis, failure.diagnosis
+
+
+def test_eager_dropping_the_pipeline_input_fails_naming_the_rank(reference):
+    failure, _ = judged(PIPELINE, reference, [(
+        MODEL_RUNNER, 'return {"pp_proxy_tensors": pp_proxy_tensors} if self.support_pp else {}', "return {}")])
+    assert failure is not None and failure.oracle == "world-rank", failure
+    assert "rank 1 of world tp1 pp2" in failure.diagnosis and "iteration 0" in failure.diagnosis, failure.diagnosis
+
+
+def test_prefill_graph_dropping_the_pipeline_input_fails_at_capture(reference):
+    failure, _ = judged(PIPELINE, reference, [(
+        PREFILL_RUNNER, '        kwargs["pp_proxy_tensors"] = pp_proxy_tensors\n', "        pass\n")])
+    assert failure is not None and failure.oracle == "world-rank", failure
+    assert "rank 1 of world tp1 pp2" in failure.diagnosis, failure.diagnosis

@@ -31,6 +31,10 @@ def test_rank_layout_arithmetic():
     assert World(tp=2, dp=4, dp_attention=True).layout_error()
     assert World(tp=2, dp=2).layout_error()  # DP replicas without DP attention: several servers
     assert World(tp=4, dp=2, dp_attention=True).layout_error() is None
+    pipeline = World(tp=2, pp=2)  # world rank = TP size x stage + TP rank (SGLang's spawn_world_rank)
+    assert pipeline.ranks == 4 and [(pipeline.pp_rank_of(r), pipeline.tp_rank_of(r)) for r in range(4)] == [
+        (0, 0), (0, 1), (1, 0), (1, 1)]
+    assert pipeline.server_flags()["pp_size"] == 2 and pipeline.label() == "tp2 pp2"
 
 
 def test_iteration_arithmetic_of_the_dp_world():

@@ -3,7 +3,8 @@
 A world's ranks must act as one server. From the world's flags and each attention-DP rank's load, the arithmetic of
 what SGLang should do at each iteration is written out here (`expected_iterations`) and each rank's record is held
 to it:
-- placement: TP rank r is attention-DP rank r // (tp / dp ranks), in a group of that width;
+- placement: world rank w is TP rank r = w % tp of pipeline stage w // tp, and attention-DP rank r // (tp / dp
+  ranks), in a group of that width;
 - capture list: `World.capture_list` (the requested sizes, the request pool aligned to the attention-TP width when
   the runner gathers, sizes off the alignment dropped);
 - the DP sync: each rank gathers every attention-DP rank's token count (a decode step: its running requests; a
@@ -226,14 +227,16 @@ def _last_words(log: str) -> str:
 def check_placement(case: WorldCase, records: dict) -> None:
     world = case.world
     for rank, record in sorted(records.items()):
-        expected = {"tp_rank": rank, "tp_size": world.tp, "attn_tp_size": world.attn_tp,
-                    "attn_dp_rank": world.dp_rank_of(rank), "num_dp_ranks": world.dp_ranks}
+        expected = {"tp_rank": world.tp_rank_of(rank), "tp_size": world.tp, "attn_tp_size": world.attn_tp,
+                    "attn_dp_rank": world.dp_rank_of(rank), "num_dp_ranks": world.dp_ranks,
+                    "pp_rank": world.pp_rank_of(rank), "pp_size": world.pp}
         wrong = {k: (record.placement.get(k), v) for k, v in expected.items() if record.placement.get(k) != v}
         if wrong:
             raise OracleFailure(AGREEMENT, f"rank {rank} of world {world.label()}: SGLang published "
                                 + ", ".join(f"{k} {got} where the world implies {want}" for k, (got, want) in
                                             wrong.items()) + f" (attention-TP width {world.tp} / {world.dp_ranks} "
-                                f"DP ranks = {world.attn_tp}; DP rank = {rank} // {world.attn_tp})")
+                                f"DP ranks = {world.attn_tp}; TP rank = {rank} % {world.tp}, stage = "
+                                f"{rank} // {world.tp}, DP rank = TP rank // {world.attn_tp})")
 
 
 def check_capture(case: WorldCase, records: dict) -> list[int]:

@@ -1,9 +1,11 @@
 """A drawn world: the parallel configuration, the served model and the program every rank plays.
 
-`World` holds the parallel flags a user passes (`--tp`, `--dp`, `--enable-dp-attention`, `--moe-dense-tp-size`)
-and the rank layout SGLang derives from them, written out here as arithmetic so that the oracles can hold SGLang's
-own derivation to it: attention-DP ranks = dp with DP attention (else 1), attention-TP width = tp / that, and
-TP rank r serves attention-DP rank r // attention-TP width.
+`World` holds the parallel flags a user passes (`--tp`, `--pp`, `--dp`, `--enable-dp-attention`,
+`--moe-dense-tp-size`) and the rank layout SGLang derives from them, written out here as arithmetic so that the
+oracles can hold SGLang's own derivation to it: world rank w is TP rank w % tp of pipeline stage w // tp;
+attention-DP ranks = dp with DP attention (else 1), attention-TP width = tp / that, and TP rank r serves
+attention-DP rank r // attention-TP width. Every stage plays the same program (each holds its own layers' KV of
+the same requests); a stage before the last hands its hidden states to the next, the last computes the logits.
 
 A program is a tuple of iterations; an iteration gives each attention-DP rank one piece of work (`Admit` new
 prompts: a prefill; `Decode`: a decode step of its running requests; `Idle`: nothing, the rank joins the DP group's
@@ -51,11 +53,18 @@ class World:
     dp_attention: bool = False
     moe_dense_tp: int | None = None  # --moe-dense-tp-size: 1 is DP-FFN (dense MLPs data parallel)
     ep: int = 1  # --ep-size: MoE experts spread over this many ranks
+    pp: int = 1  # --pp-size: pipeline stages, each a TP group of `tp` ranks
 
     @property
     def ranks(self) -> int:
-        """Processes: the TP group spans the world (one pipeline stage)."""
-        return self.tp
+        """Processes: `pp` stages of a TP group each."""
+        return self.tp * self.pp
+
+    def tp_rank_of(self, rank: int) -> int:
+        return rank % self.tp
+
+    def pp_rank_of(self, rank: int) -> int:
+        return rank // self.tp
 
     @property
     def dp_ranks(self) -> int:
@@ -67,8 +76,8 @@ class World:
         return self.tp // self.dp_ranks
 
     def dp_rank_of(self, rank: int) -> int:
-        """The attention-DP rank TP rank `rank` serves."""
-        return rank // self.attn_tp
+        """The attention-DP rank world rank `rank` serves (within its stage)."""
+        return self.tp_rank_of(rank) // self.attn_tp
 
     def server_flags(self) -> dict:
         flags = dict(tp_size=self.tp, dp_size=self.dp, enable_dp_attention=self.dp_attention)
@@ -76,6 +85,8 @@ class World:
             flags["moe_dense_tp_size"] = self.moe_dense_tp
         if self.ep != 1:
             flags["ep_size"] = self.ep
+        if self.pp != 1:
+            flags["pp_size"] = self.pp
         return flags
 
     # -- what SGLang must derive from the flags (utils/common.py's require_* rules, written out) ---------------
@@ -156,7 +167,7 @@ class World:
         return sorted({s for s in sizes if s % align == 0 and s <= pool})
 
     def label(self) -> str:
-        parts = [f"tp{self.tp}"]
+        parts = [f"tp{self.tp}"] + ([f"pp{self.pp}"] if self.pp != 1 else [])
         if self.dp_attention:
             parts.append(f"dp{self.dp}-attention")
         if self.moe_dense_tp is not None:

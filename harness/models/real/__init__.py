@@ -167,6 +167,8 @@ DRAFT_FAMILIES = {
 # Families served by several ranks (`harness/worlds`), beside those above
 WORLD_FAMILIES = {
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", "qwen3", _dense_qwen3()),
+    # two layers: a pipeline of two stages owns one each (SGLang's `make_layers` partition)
+    "qwen3-2l": Family("qwen3-2l", "Qwen3ForCausalLM", "qwen3", {**_dense_qwen3(), "num_hidden_layers": 2}),
 }
 
 

@@ -80,11 +80,18 @@ class ServedTarget(RealModelTarget):
         attributes = {k: v for k, v in vars(double).items() if k != "attn_tp_sequence_sharded"}
         attributes.update(pp_group=parallel_state.get_pp_group(), prefill_cuda_graph_runner=None,
                           decode_cuda_graph_runner=None, max_running_requests=self.pools.requests,
-                          max_total_num_tokens=KV_TOKENS, decode_attn_backend=None, support_pp=False,
+                          max_total_num_tokens=KV_TOKENS, decode_attn_backend=None, support_pp=self._supports_pp(),
                           is_generation=True)
         for name, value in attributes.items():
             object.__setattr__(runner, name, value)
         return runner
+
+    def _supports_pp(self) -> bool:
+        """`ModelRunner.support_pp` as SGLang's constructor derives it: the model's forward takes the previous
+        stage's hidden states."""
+        import inspect
+
+        return "pp_proxy_tensors" in inspect.signature(self.real.model.forward).parameters
 
     def make_model_runner(self, case: DecodeCase, device: str):
         """The runner, its attention backend the decode runner's, and SGLang's eager runner built on it before the

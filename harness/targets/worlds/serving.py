@@ -140,6 +140,7 @@ class RankServer:
         self.seconds = {"build_and_capture": time.perf_counter() - started}
         self.group = dist.new_group(backend="gloo")  # the harness's own channel between the ranks
         self.scheduler = Scheduler(self.target)
+        self.stages = Stages(case.world, rank, self.group)
         self.runner = self.target.runner
         self.model_runner = self.target.model_runner
 
@@ -148,7 +149,8 @@ class RankServer:
 
         parallel = get_parallel()
         return {name: getattr(parallel, name, None) for name in (
-            "tp_rank", "tp_size", "attn_tp_rank", "attn_tp_size", "attn_dp_rank", "num_dp_ranks", "attn_dp_enabled")}
+            "tp_rank", "tp_size", "attn_tp_rank", "attn_tp_size", "attn_dp_rank", "num_dp_ranks", "attn_dp_enabled",
+            "pp_rank", "pp_size")}
 
     def play(self) -> RankRecord:
         """The program, iteration by iteration; whatever stops it is the record's failure, the iterations played
@@ -255,18 +257,23 @@ class RankServer:
         decision = self.decide(batch, fb, row)
         self.agree(index, decision)
         before = self.scheduler.pools.snapshot()
+        proxy = self.stages.receive()
         with self.target.scope(), torch.no_grad():
-            output = self.model_runner._forward_raw(fb, None)
+            output = self.model_runner._forward_raw(fb, proxy)
         row.graph = bool(output.can_run_graph)
         row.prefill_graph = row.graph and decision[0] == "prefill"
-        logits = output.logits_output.next_token_logits
+        produced = self.stages.produced(output.logits_output)
+        self.stages.send(output.logits_output)
         rows = len(batch.reqs)
         if row.graph:
-            self.eager_twin(batch, logits[:rows], before, row)
+            self.eager_twin(batch, produced, proxy, before, row)
         if rows:
-            row.requests = [RequestRow(req.rid, Scheduler.history(req), logits[i].tolist())
-                            for i, req in enumerate(batch.reqs)]
-            self.advance(batch, logits[:rows].argmax(-1), isinstance(work, Admit))
+            logits = produced.get("next_token_logits")
+            if logits is not None:
+                row.requests = [RequestRow(req.rid, Scheduler.history(req), logits[i].tolist())
+                                for i, req in enumerate(batch.reqs)]
+            next_ids = self.stages.next_tokens(None if logits is None else logits[:rows].argmax(-1))
+            self.advance(batch, next_ids, isinstance(work, Admit))
         return row
 
     def decide(self, batch, fb, row: IterationRecord) -> tuple:
@@ -309,10 +316,11 @@ class RankServer:
                                 "graphs, or one a graph and another eager, run different collectives",
                                 decisions=decisions)
 
-    def eager_twin(self, batch, replayed: torch.Tensor, before: list, row: IterationRecord) -> None:
-        """The batch again, eager (both graph runners hidden from `_forward_raw`), on the cache the replay saw: its
-        logits within float32 tolerance of the replay's (the graph's GEMMs run padded rows) and the KV cache it
-        leaves equal, slot 0 (SGLang's padding slot) aside."""
+    def eager_twin(self, batch, replayed: dict, proxy, before: list, row: IterationRecord) -> None:
+        """The batch again, eager (both graph runners hidden from `_forward_raw`), on the cache the replay saw and
+        the hidden states the previous stage handed over: what it produces (the logits; before the last stage
+        the hidden states it hands on) within float32 tolerance of the replay's (the graph's GEMMs run padded
+        rows) and the KV cache it leaves equal, slot 0 (SGLang's padding slot) aside."""
         pools = self.scheduler.pools
         after_replay = pools.snapshot()
         pools.restore(before)
@@ -322,20 +330,23 @@ class RankServer:
         model_runner.decode_cuda_graph_runner = model_runner.prefill_cuda_graph_runner = None
         try:
             with self.target.scope(), torch.no_grad():
-                eager = model_runner._forward_raw(fb, None).logits_output.next_token_logits
+                eager = self.stages.produced(model_runner._forward_raw(fb, proxy).logits_output)
         finally:
             model_runner.decode_cuda_graph_runner, model_runner.prefill_cuda_graph_runner = runners
         row.eager_twin = True
         after_eager = pools.snapshot()
         pools.restore(after_replay)
-        rows = replayed.shape[0]
+        rows = _tokens(batch) if self.stages.hands_on else len(batch.reqs)
         try:
-            assert_matches_eager(replayed, eager[:rows], exact=False)
+            assert_matches_eager({k: v[:rows] for k, v in replayed.items()},
+                                 {k: v[:rows] for k, v in eager.items()}, exact=False)
             cache = _cache_difference(pools, after_replay, after_eager, exact=False)
             if cache:
                 row.replay_vs_eager = f"the KV cache the replay left differs from eager's: {cache}"
         except OracleFailure as failure:
             row.replay_vs_eager = failure.diagnosis
+        if row.replay_vs_eager and self.stages.count > 1:
+            row.replay_vs_eager = f"pipeline stage {self.stages.stage}: {row.replay_vs_eager}"
 
     def advance(self, batch, next_ids: torch.Tensor, admitted: bool) -> None:
         scheduler = self.scheduler
@@ -345,6 +356,52 @@ class RankServer:
                 scheduler.running = batch
             else:
                 scheduler.running.merge_batch(batch)
+
+
+class Stages:
+    """The pipeline around this rank, as SGLang's PP scheduler hands work between stages: a stage before the last
+    sends the hidden states its forward returns (`PPProxyTensors`) to the next stage's rank over SGLang's PP group
+    (`send_tensor_dict`), which passes them to its forward; the last stage's greedy tokens go back to every rank
+    (the harness's own group) for the next iteration. Without pipeline parallelism every method is a no-op."""
+
+    def __init__(self, world, rank: int, group) -> None:
+        self.world, self.group = world, group
+        self.stage, self.count = world.pp_rank_of(rank), world.pp
+        self.hands_on = self.stage < self.count - 1  # its forward returns hidden states, not logits
+
+    def _pp_group(self):
+        from sglang.srt.distributed import parallel_state
+
+        return parallel_state.get_pp_group()
+
+    def receive(self):
+        """The previous stage's hidden states for this iteration's forward (None on the first stage)."""
+        if self.stage == 0:
+            return None
+        from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
+
+        return PPProxyTensors(self._pp_group().recv_tensor_dict())
+
+    def send(self, output) -> None:
+        if self.hands_on:
+            self._pp_group().send_tensor_dict(output.tensors)
+
+    def produced(self, output) -> dict:
+        """What the forward produced, by name, cloned out of any graph buffer: the next-token logits, or the
+        hidden states a stage hands on."""
+        if self.hands_on:
+            return {name: tensor.clone() for name, tensor in output.tensors.items()}
+        return {"next_token_logits": output.next_token_logits.clone()}
+
+    def next_tokens(self, mine: torch.Tensor | None) -> torch.Tensor:
+        """The iteration's next tokens, from the last stage's first rank to every rank."""
+        if self.count == 1:
+            return mine
+        import torch.distributed as dist
+
+        box = [None if mine is None else mine.tolist()]
+        dist.broadcast_object_list(box, src=(self.count - 1) * self.world.tp, group=self.group)
+        return torch.tensor(box[0], dtype=torch.int64)
 
 
 def _tokens(batch) -> int:
