@@ -1,4 +1,4 @@
-"""Seconds a world of ranks costs: the suite's explicit examples (two ranks) and three four-rank worlds, each served
+"""Seconds a world of ranks costs: the suite's explicit worlds (two ranks) and three four-rank worlds, each served
 and judged as the suite does (`run_case`), with ranks forked from the fork server (the default) and spawned afresh
 (`--spawn`); per rank, the seconds of its model build and capture and of its program.
 
@@ -23,8 +23,7 @@ def main() -> None:
         os.environ["HARNESS_WORLD_START"] = "spawn"
     from harness.models.real import transformers_reference
     from harness.worlds.world import Admit, Decode, Idle, World, WorldCase
-    from suites.test_parallel_worlds import DP_IDLE_RANK, DP_PREFILL_GRAPHS, SCATTERED_ATTENTION, TP_PAST_CAPTURE, \
-        run_case
+    from suites.test_parallel_worlds import DP_IDLE_RANK, EXPLICIT_WORLDS, run_case
 
     def reference(family):
         folder, _ = transformers_reference.checkpoint(family)
@@ -36,9 +35,7 @@ def main() -> None:
                                                           tuple(Decode() if i == 0 else Idle() for i in range(
                                                               len(first)))))
 
-    cases = [("dp attention, idle rank", DP_IDLE_RANK), ("tp past capture", TP_PAST_CAPTURE),
-             ("scattered attention (mla)", SCATTERED_ATTENTION), ("dp attention, prefill graphs", DP_PREFILL_GRAPHS),
-             ("dp attention again (warm)", DP_IDLE_RANK),
+    cases = [*EXPLICIT_WORLDS.items(), ("dp-idle-rank again (warm)", DP_IDLE_RANK),
              ("tp4 dp2 attention", four(World(tp=4, dp=2, dp_attention=True))),
              ("tp4 dp4 attention", four(World(tp=4, dp=4, dp_attention=True))), ("tp4", four(World(tp=4)))]
     print(f"ranks start by {'spawn' if options.spawn else 'fork server'}")

@@ -1,7 +1,8 @@
 """What the fork server that starts a world's ranks imports once (`launcher`): torch, the virtual device and the
 SGLang modules every rank imports. Each rank then forks from it with them imported, instead of importing them anew
 as a spawned interpreter does (about 4 s a rank on 2 cores). Nothing here runs a torch op, starts a thread or
-builds SGLang state: a forked rank starts as clean as a spawned one."""
+builds SGLang state: a forked rank starts as clean as a spawned one. The imported heap is frozen last
+(`gc_policy`): a rank inherits it frozen, so its first collection does not scan it either."""
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -20,3 +21,8 @@ import sglang.srt.model_executor.runner.eager_runner  # noqa: E402,F401
 # the model registry imports every model class SGLang ships (1.6 s a rank); checked to start no thread, initialise
 # no device and leave every module's `_is_cuda`/`_is_npu`-style flag as an import under the virtual device does
 import sglang.srt.models.registry  # noqa: E402,F401
+
+import gc  # noqa: E402
+
+gc.collect()
+gc.freeze()
