@@ -203,9 +203,12 @@ def test_real_model_compiled_replay_matches_eager(family, drawn, device):
                    "Dynamo cannot construct; every compiled decoder layer splits its graph")
 def test_findings_residual_contribution_breaks_the_compiled_graph(device, monkeypatch):
     """The finding `model_graph_breaks.FINDINGS` allows elsewhere, held: with it failing too, the dense family's
-    compiled forward breaks."""
+    compiled forward breaks (the nightly profile: the gate's compiled dense example already compiles and replays
+    this forward, so here it would only repeat that compile to see the finding still stands)."""
     from harness.oracles import model_graph_breaks
 
+    if settings.get_current_profile_name() == "gate":
+        pytest.skip("the finding's compile runs in the nightly profile (--profile nightly)")
     monkeypatch.setattr(model_graph_breaks, "HOLD_FINDINGS", model_graph_breaks.CONTRIBUTION)
     test_real_model_compiled_replay_matches_eager.hypothesis.inner_test(
         family="dense", drawn=compiled(PADDED_BETWEEN_SIZES), device=device)
