@@ -26,7 +26,8 @@ from harness.targets.decode.switches import RunnerSwitches, elastic_drop
 from strategies.capture import decode_cases, replay_batches
 from strategies.ragged import draft_batches, draft_cases
 from strategies.switches import (
-    dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, prefilled_batches, profile_cases,
+    dp_batches, dp_gather_cases, dspark_cases, glue_batches, glue_cases, pdmux_cases, prefilled_batches,
+    profile_cases,
 )
 from suites.decode_common import capture_and_check, run_switched, skip_without_draft, skip_without_speculative
 
@@ -74,6 +75,48 @@ def test_dp_gathered_buffers_replay_matches_eager(case, data, device, personalit
     with example("decode_switches", personality=personality, **case.drawn()) as ex:
         run_switched(case, lambda sizes: data.draw(dp_batches(case, sizes), label="batches"), device,
                      personality, layout, ex, lambda *_: None)
+
+
+@suite_settings(gate_examples=2, shrink_in_gate=False)
+@given(case=pdmux_cases(), data=st.data())
+def test_pdmux_stream_groups_replay_match_eager(case, data, device, personality, layout):
+    """`--enable-pdmux`: SGLang's stream groups (`harness/targets/decode/pdmux.py`), every size captured once per
+    group on the group's own decode backend (the graph count held to sizes x groups), and before each replay the
+    scheduler's drawn choice of group (`set_current_stream_idx`): the runner must prepare that group's backend and
+    replay that group's graph. A replay keyed to another group reads metadata it was not given: it fails to replay
+    (`graph-replay`) or differs from eager; either diagnosis names the replays' groups."""
+    from harness.oracles import OracleFailure
+    from harness.targets.decode import pdmux
+
+    if personality != "cuda":
+        pytest.skip("PD-multiplexing is the CUDA decode runner's (green contexts): run with --personality cuda")
+    groups, chosen = case.switches.pdmux_groups, []
+
+    def on_drawn_group(target, replay):
+        def replayed(batch, step):
+            chosen.append(data.draw(st.integers(0, groups - 1), label=f"stream group of replay {step}"))
+            pdmux.set_stream(chosen[-1])
+            try:
+                return replay(batch, step)
+            except OracleFailure:
+                raise
+            except Exception as error:  # noqa: BLE001 - SGLang's error inside the group's replay, named
+                raise OracleFailure("graph-replay", f"replay {step} ({batch.forward_mode} of {batch.batch_size}) on "
+                                    f"stream group {chosen[-1]} of {groups} raised {type(error).__name__}: {error}; "
+                                    "each group's graphs read the metadata its own decode backend was given",
+                                    stream_groups=list(chosen)) from error
+        return replayed
+
+    with example("decode_switches", personality=personality, **case.drawn()) as ex:
+        ex.note("stream_groups", chosen)  # filled replay by replay
+        try:
+            run_switched(case, lambda sizes: data.draw(replay_batches(case, sizes), label="replay batches"), device,
+                         personality, layout, ex, lambda *_: None, checked=on_drawn_group)
+        except OracleFailure as failure:
+            if "stream group" in failure.diagnosis:
+                raise
+            raise OracleFailure(failure.oracle, f"{failure.diagnosis}; the replays' stream groups, in order: {chosen} "
+                                f"(of {groups})", **failure.details) from failure
 
 
 def skip_dspark_switches(layout, personality) -> None:

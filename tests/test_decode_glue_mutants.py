@@ -22,6 +22,8 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   glue: its static-verify or draft-worker check inverted, a glued prep re-installing without replay.
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
   requests, the capture's gather lengths left unpublished (`dp-gather`: outputs unchanged on one rank).
+- PD-multiplexing (`--enable-pdmux`): the replay keyed to the first stream group's graph, the replay's metadata
+  prepared on the prefill backend instead of the group's, every group captured on the first group's backend.
 - Elastic EP's graph reset (`drop_elastic_cuda_graph_state`): the backend's cleanup skipped, the full backend's
   cleanup keeping its graphs, the shared graph pool kept.
 """
@@ -49,6 +51,7 @@ DECLINED = f"{SWITCHES}::test_dspark_verify_glue_declined_by_backend"
 DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
 NPU_MROPE = f"{NPU}::test_npu_mrope_planned_under_overlap_plan_stream"
 ELASTIC = f"{SWITCHES}::test_elastic_drop_then_recapture_replays_match_eager"
+PDMUX = f"{SWITCHES}::test_pdmux_stream_groups_replay_match_eager"
 SETUP = "srt/model_executor/model_runner_components/cuda_graph_setup.py"
 
 GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n            st["graph"].replay()\n',
@@ -56,7 +59,26 @@ GLUE_REINSTALLS = [(GLUE, '                backend.forward_metadata = metadata\n
 GLUE_NOT_SERVED = {"oracle": "graph-replay",
                    "texts": ["replayed no captured graph", "serve-time graphs the case implies"]}
 
+# the gate's second pdmux example: replays on stream groups [0, 2, 2, 0, ...] of 3; the diagnosis names them
+PDMUX_WRONG_GROUP = {"oracle": "eager-equality", "texts": ["not bit-equal to eager", "stream groups, in order: [0"]}
+
 MUTANTS = {
+    "pdmux_replay_keyed_to_first_group": Mutant(
+        test=PDMUX,
+        edits=[(RUNNER, "\n        stream_idx = get_current_stream_idx() if self.enable_pdmux else None\n"
+                        "        self._replay_graph_key",
+                "\n        stream_idx = 0 if self.enable_pdmux else None\n        self._replay_graph_key")],
+        **PDMUX_WRONG_GROUP),
+    "pdmux_replay_prepares_the_prefill_backend": Mutant(
+        test=PDMUX,
+        edits=[(RUNNER, "            return self.model_runner.decode_attn_backend_group[get_current_stream_idx()]\n",
+                "            return self.attn_backend\n")],
+        **PDMUX_WRONG_GROUP),
+    "pdmux_capture_on_the_first_group_backend": Mutant(
+        test=PDMUX,
+        edits=[(RUNNER, "            attn_backend = self.model_runner.decode_attn_backend_group[stream_idx]\n",
+                "            attn_backend = self.model_runner.decode_attn_backend_group[0]\n")],
+        **PDMUX_WRONG_GROUP),
     "memory_history_left_on": Mutant(
         test=PROFILED,
         edits=[(RUNNER, "        torch.cuda.memory._record_memory_history(enabled=None)\n",

@@ -66,13 +66,16 @@ def stale_inputs(target: ReplayTarget, batch) -> str:
     mrope = target.static_buffer("mrope_positions")
     for k, row in enumerate(batch.mrope_positions or []):  # an mRoPE model's sections, each held apart
         held[f"mrope_positions[{k}]"] = (None if mrope is None else mrope[k], row)
-    metadata = target.attn_backend.forward_metadata
-    held["attention metadata seq_lens"] = (metadata.seq_lens, batch.seq_lens)
-    held["attention metadata visible_drafts"] = (metadata.visible_drafts, batch.visible_drafts())
+    metadata = target.replayed_backend().forward_metadata
+    if metadata is not None:
+        held["attention metadata seq_lens"] = (metadata.seq_lens, batch.seq_lens)
+        held["attention metadata visible_drafts"] = (metadata.visible_drafts, batch.visible_drafts())
     wrong = [f"`{name}` holds {buffer[:len(wanted)].tolist()} where the batch has {list(wanted)}"
              for name, (buffer, wanted) in held.items()
              if buffer is not None and buffer[:len(wanted)].tolist() != list(wanted)]
-    if int(metadata.sum_gap) != 0:
+    if metadata is None:
+        wrong.append("the attention backend the replay reads was never given metadata")
+    elif int(metadata.sum_gap) != 0:
         wrong.append(f"the attention backend was handed a seq_lens_sum {int(metadata.sum_gap)} away from the sum "
                      "of the seq_lens it was handed")
     return (("; static inputs: " + "; ".join(wrong)) if wrong else "") + target.stale_layout(batch) + \

@@ -73,6 +73,8 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captu
     expected = expected_patch_name(personality, layout)
     # graphs per size: the LoRA and the "nolora" variant when the (CUDA) runner records both, else one
     variants = 2 if (target.case.record_nolora_graph and personality == "cuda") else 1
+    # under --enable-pdmux the runner captures every size once per stream group (SGLang's --sm-group-num)
+    variants *= max(1, getattr(target.case.switches, "pdmux_groups", 0))
     sizes, compile_bs = expected_sizes(target.case)
     if sorted(target.capture_bs) != sizes or sorted(target.compile_bs) != compile_bs:
         raise OracleFailure(ORACLE, f"the runner captures sizes {target.capture_bs} and compiles {target.compile_bs}, "
@@ -80,7 +82,8 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captu
                                     "(see expected_sizes)", case=target.case)
     if graphs_captured is not None and graphs_captured != len(sizes) * variants:
         raise OracleFailure(ORACLE, f"the runner captured {graphs_captured} graph(s), expected {len(sizes) * variants} "
-                                    f"({len(sizes)} sizes x {variants} LoRA variant(s))", capture_bs=sizes)
+                                    f"({len(sizes)} sizes x {variants} LoRA variant(s) / stream group(s))",
+                            capture_bs=sizes)
     entries = target.patch_model_seen
     ran = Counter(e.name for e in entries)
     others = {name: n for name, n in ran.items() if name != expected}
@@ -91,7 +94,7 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captu
         raise OracleFailure(
             ORACLE,
             f"during capture `{expected}` ran {ran[expected]} time(s), expected {len(sizes) * variants} "
-            f"({len(sizes)} sizes x {variants} LoRA variant(s)); other patch_model variants ran: "
+            f"({len(sizes)} sizes x {variants} LoRA variant(s) / stream group(s)); other patch_model variants ran: "
             f"{dict(others) or 'none'}{override}",
             personality=personality, capture_bs=sizes, compile_bs=compile_bs,
             ran=[(e.name, e.num_tokens, e.enable_compile) for e in entries])

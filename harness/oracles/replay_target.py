@@ -42,6 +42,10 @@ class ReplayTarget(Protocol):
         """(request rows, token rows) the static buffers hold for `batch` where they are not the case's padded
         size times its width; None where they are."""
 
+    def replayed_backend(self) -> Any:
+        """The attention backend the next replay reads its metadata from (under pdmux, the current stream
+        group's)."""
+
     def stale_layout(self, batch) -> str:
         """Where the layout the graph reads differs from `batch`'s, in words ("" where it agrees or has none)."""
 

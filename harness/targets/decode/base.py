@@ -535,10 +535,14 @@ class DecodeTarget:
         return None if method is None else list(method(case.default_max_bs))
 
     def make_model_runner(self, case: DecodeCase, device: str) -> SimpleNamespace:
-        return make_model_runner(
+        runner = make_model_runner(
             self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
             server_args=self.server_args, lora_manager=self.lora_manager, spec=case.spec,
             architecture=case.switches.architecture)
+        # --enable-pdmux: SGLang's model runner builds a decode backend per SM group (attention_backend_setup)
+        runner.decode_attn_backend_group = [type(self.attn_backend)(device=device)
+                                            for _ in range(case.switches.pdmux_groups)]
+        return runner
 
     def construction_patches(self) -> contextlib.AbstractContextManager:
         """What the layout changes while SGLang's constructor runs (and only then)."""
@@ -665,6 +669,16 @@ class DecodeTarget:
 
     def padded_extent(self, batch: DecodeBatch) -> tuple[int, int] | None:
         return None
+
+    def replayed_backend(self):
+        """Under pdmux the current stream group's decode backend (SGLang's `decode_attn_backend_group`), else the
+        runner's."""
+        group = self.model_runner.decode_attn_backend_group
+        if not group:
+            return self.attn_backend
+        from sglang.srt.multiplex.pdmux_context import get_current_stream_idx
+
+        return group[get_current_stream_idx()]
 
     def stale_layout(self, batch: DecodeBatch) -> str:
         return ""

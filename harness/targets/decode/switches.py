@@ -6,7 +6,8 @@ glue graph (`SGLANG_ENABLE_METADATA_GLUE_GRAPH`, with `SGLANG_OPT_SKIP_GLUED_REP
 architecture (the NPU runner picks its seq-len update by it), `--moe-dense-tp-size 1` (the gathered DP-attention
 buffers, on one rank), a model reading mRoPE positions (a VLM's decode: `ForwardBatch.mrope_positions`, staged
 through the runner's buffer registry) and the overlap plan stream (`SGLANG_ENABLE_OVERLAP_PLAN_STREAM`, under which
-the NPU runner re-copies a pre-planned batch's mRoPE positions).
+the NPU runner re-copies a pre-planned batch's mRoPE positions), PD-multiplexing (`--enable-pdmux`: a graph set
+and a decode backend per SM group, `pdmux.py`).
 `environment()` sets them for one example; `missing()` names what the installed release lacks."""
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ class RunnerSwitches:
     draft_glue: bool = False  # a draft runner's metadata glue (no switch: on where its backend declares it)
     mrope: bool = False  # the model reads mRoPE positions ([3, tokens]); the batches carry them
     overlap_plan_stream: bool = False  # SGLANG_ENABLE_OVERLAP_PLAN_STREAM
+    pdmux_groups: int = 0  # --enable-pdmux --sm-group-num N: N stream groups, a decode graph set and backend each
+
+    def server_flags(self) -> dict[str, Any]:
+        """The server arguments these switches set (pdmux with what SGLang's validation requires beside it)."""
+        if not self.pdmux_groups:
+            return {}
+        return dict(enable_pdmux=True, sm_group_num=self.pdmux_groups, chunked_prefill_size=-1,
+                    disable_overlap_schedule=True)
 
     def environment_variables(self) -> dict[str, str]:
         """The SGLang environment variables these switches set (each to "1")."""
@@ -58,6 +67,11 @@ class RunnerSwitches:
 
         if self == RunnerSwitches():
             return None
+        if self.pdmux_groups:
+            from harness.targets.decode.pdmux import missing as pdmux_missing
+
+            if pdmux_missing():
+                return pdmux_missing()
         if not module_exists(runner_module) or not runner_module.endswith("decode_cuda_graph_runner"):
             return (f"SGLang {sglang_version()} has no sglang.srt.model_executor.runner.decode_cuda_graph_runner: "
                     "its runner switches are not driven")
@@ -96,13 +110,23 @@ class RunnerSwitches:
         if folder:
             values["SGLANG_TORCH_PROFILER_DIR"] = folder
         try:
-            with mock.patch.dict(os.environ, {k: v for k, v in values.items() if v is not None}):
+            with mock.patch.dict(os.environ, {k: v for k, v in values.items() if v is not None}), \
+                    self._stream_groups():
                 for name in [k for k, v in values.items() if v is None]:
                     os.environ.pop(name, None)
                 yield folder
         finally:
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+    def _stream_groups(self) -> contextlib.AbstractContextManager:
+        """Under pdmux, SGLang's stream groups (`pdmux.groups`), made before the runner reads them."""
+        if not self.pdmux_groups:
+            return contextlib.nullcontext()
+        from harness.targets.decode.pdmux import groups
+
+        return groups(self.pdmux_groups)
 
 
 def elastic_drop() -> Callable[[Any], None] | str:

@@ -41,7 +41,8 @@ class Target(DecodeTarget):
             enable_torch_compile=case.enable_torch_compile, torch_compile_max_bs=case.torch_compile_max_bs,
             max_running_requests=case.max_running_requests, disable_cuda_graph_padding=case.disable_padding,
             enable_profile_cuda_graph=case.switches.profile is not None, **speculative_args(case),
-            **({"moe_dense_tp_size": 1} if case.switches.dp_gather else {}), **self.server_flags(case))
+            **({"moe_dense_tp_size": 1} if case.switches.dp_gather else {}), **case.switches.server_flags(),
+            **self.server_flags(case))
 
     def server_flags(self, case: DecodeCase) -> dict[str, Any]:
         """Further server flags a target sets for its case (none here)."""
