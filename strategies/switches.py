@@ -68,10 +68,10 @@ def dp_batches(draw, case, capture_bs: list[int]):
 @st.composite
 def pdmux_cases(draw):
     """`--enable-pdmux` (`enable_pdmux`) with 3 to 5 SM groups (`sm_group_num`; SGLang's default is 8: more captures
-    of the same code), without LoRA or speculative decoding, which SGLang refuses beside it. Uncompiled, so captures are recorded: a CUDA graph's
-    kernels keep the buffers of the backend they were captured on, which a record replays as they are; a rerun
-    (compiled) replay re-enters Python, and where the runner enters the forward context outside the captured
-    block (0.5.1x) it would read the replay-time backend, which no CUDA graph does."""
+    of the same code), without LoRA or speculative decoding, which SGLang refuses beside it. Uncompiled, so
+    captures are recorded: a CUDA graph's kernels keep the buffers of the backend they were captured on, which a
+    record replays as they are; a rerun (compiled) replay re-enters Python, and where the runner enters the forward
+    context outside the captured block (0.5.1x) it would read the replay-time backend, which no CUDA graph does."""
     case = draw(decode_cases(compile=False, speculative=False, lora=False))
     return dataclasses.replace(case, switches=RunnerSwitches(pdmux_groups=draw(st.integers(3, 5),
                                                                                label="sm_group_num")))
