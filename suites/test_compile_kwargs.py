@@ -68,7 +68,9 @@ def test_compile_kwargs(case: CompileCase, compile_path, compile_outcomes):
 def platform_refusal(case: CompileCase) -> tuple[str, str] | None:
     """(rule, reason) when the out-of-tree platform's own hook values cannot compile, from the case alone (None:
     they can). torch.compile looks a string backend up among its registered names, and hands a backend other than
-    inductor its non-empty options as the keyword `options` (`torch._TorchCompileWrapper`)."""
+    inductor its non-empty options as the keyword `options` (`torch._TorchCompileWrapper`). The platform's options
+    are per module (its `get_compile_options(module)` hook): a call without a module asks for none, so none reach
+    torch.compile."""
     if case.platform != "oot":
         return None
     from torch._dynamo import list_backends
@@ -77,7 +79,7 @@ def platform_refusal(case: CompileCase) -> tuple[str, str] | None:
     name = getattr(case.backend, "__name__", case.backend)
     if isinstance(case.backend, str) and case.backend not in list_backends(exclude_tags=()) + ["inductor"]:
         return "platform-unknown-backend", f"the platform's backend {name!r} is no registered torch.compile backend"
-    if case.options and case.backend != "inductor":
+    if case.options and case.pass_module and case.backend != "inductor":
         params = inspect.signature(lookup_backend(case.backend)).parameters.values()
         if not any(p.name == "options" or p.kind is p.VAR_KEYWORD for p in params):
             return ("platform-backend-takes-no-options", f"torch.compile hands the platform's backend {name} its "

@@ -126,6 +126,23 @@ def test_compile_refusal_no_rule_predicted_fails(compile_suite, monkeypatch, rec
     assert "harness_no_such_backend" in raised.value.diagnosis
 
 
+def test_platform_options_reach_torch_compile_only_with_a_module(compile_suite, records):
+    """The platform's options are per module: with a module, a backend that takes no `options` is refused (the
+    rule predicts it); without one SGLang asks for no options and compiles (a nightly false alarm of 2026-12-06:
+    the rule ignored `pass_module`). Both against SGLang's real build."""
+    from strategies.compile_kwargs import CompileCase, recording_backend
+
+    options = {"epilogue_fusion": True, "max_autotune": False}
+    with_module = CompileCase("oot", recording_backend, options, None, "build", True, SMALL)
+    assert compile_suite.platform_refusal(with_module)[0] == "platform-backend-takes-no-options"
+    compile_suite.check_case(with_module, compile_suite.target.load(), compile_suite.CompileOutcomes())
+    assert records()[-1]["expected_rule"] == "platform-backend-takes-no-options"
+    without = CompileCase("oot", recording_backend, options, None, "build", False, SMALL)
+    assert compile_suite.platform_refusal(without) is None
+    compile_suite.check_case(without, compile_suite.target.load(), compile_suite.CompileOutcomes())
+    assert records()[-1]["verdict"] == "pass"
+
+
 def test_prefill_construction_refusal_no_rule_predicted_fails(monkeypatch, records):
     """SGLang's real prefill runner constructor with its layer-model lookup made to refuse a valid breakable case
     (the default body owns `layers`): the construction audit fails, naming the refusal."""
