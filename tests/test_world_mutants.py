@@ -52,7 +52,7 @@ import pytest
 from harness.mutants import scratch_sglang
 from harness.oracles import OracleFailure
 from harness.worlds.world import Admit, Decode, World, WorldCase
-from strategies.worlds import WORLD_FAMILY
+from strategies.worlds import PIPELINE_FAMILY, WORLD_FAMILY
 from suites.test_parallel_worlds import DP_IDLE_RANK, DP_PREFILL_GRAPHS, PIPELINE, SCATTERED_ATTENTION, run_case
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # each world: two rank processes
@@ -250,6 +250,21 @@ def test_clean_sglang_passes_the_pipeline_world(reference):
     for stage in (0, 1):  # both stages replay the same iterations: prefill, decode, -, -, decode after a finish
         assert [row.graph for row in outcome.records[stage].iterations] == [True, True, False, False, True]
     assert outcome.records[1].iterations[1].requests and not outcome.records[0].iterations[1].requests
+
+
+# the nightly's first pipeline example (seed 3727820271): one request decoded on the only captured size, 2, so
+# stage 0 replays and hands on its bucket's two rows (the decode runner slices `PPProxyTensors` to the padded size)
+PADDED_PIPELINE = WorldCase(World(tp=1, pp=2), PIPELINE_FAMILY, (2,), 2, (
+    (Admit(((3,),)),), (Decode(),), (Decode(),)))
+
+
+def test_clean_sglang_passes_a_padded_pipeline_decode(reference):
+    """Stage 1 replays on the padded rows stage 0 hands on; its eager twin takes the batch's own row only. Before
+    `Stages.real_rows` the twin ran on both rows and SGLang's KV write refused it: a false alarm of the harness."""
+    failure, outcome = judged(PADDED_PIPELINE, reference)
+    assert failure is None, failure
+    for stage in (0, 1):  # the prefill eager (no prefill graphs), both decodes replay bucket 2 with one request
+        assert [(row.graph, row.bucket) for row in outcome.records[stage].iterations][1:] == [(True, 2)] * 2
 
 
 def test_pipeline_proxy_not_copied_fails_naming_the_stage(reference):

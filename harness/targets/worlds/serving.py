@@ -318,9 +318,10 @@ class RankServer:
 
     def eager_twin(self, batch, replayed: dict, proxy, before: list, row: IterationRecord) -> None:
         """The batch again, eager (both graph runners hidden from `_forward_raw`), on the cache the replay saw and
-        the hidden states the previous stage handed over: what it produces (the logits; before the last stage
-        the hidden states it hands on) within float32 tolerance of the replay's (the graph's GEMMs run padded
-        rows) and the KV cache it leaves equal, slot 0 (SGLang's padding slot) aside."""
+        the hidden states the previous stage handed over (their real rows: `Stages.real_rows`): what it produces
+        (the logits; before the last stage the hidden states it hands on) within float32 tolerance of the
+        replay's (the graph's GEMMs run padded rows) and the KV cache it leaves equal, slot 0 (SGLang's padding
+        slot) aside."""
         pools = self.scheduler.pools
         after_replay = pools.snapshot()
         pools.restore(before)
@@ -330,7 +331,8 @@ class RankServer:
         model_runner.decode_cuda_graph_runner = model_runner.prefill_cuda_graph_runner = None
         try:
             with self.target.scope(), torch.no_grad():
-                eager = self.stages.produced(model_runner._forward_raw(fb, proxy).logits_output)
+                eager = self.stages.produced(model_runner._forward_raw(fb, self.stages.real_rows(proxy, batch))
+                                             .logits_output)
         finally:
             model_runner.decode_cuda_graph_runner, model_runner.prefill_cuda_graph_runner = runners
         row.eager_twin = True
@@ -381,6 +383,18 @@ class Stages:
         from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
 
         return PPProxyTensors(self._pp_group().recv_tensor_dict())
+
+    def real_rows(self, proxy, batch):
+        """What an eager previous stage would have handed over: the received hidden states down to the batch's
+        tokens. A previous stage that replayed hands on its bucket's rows (the decode runner slices its
+        `PPProxyTensors` to `bs * captured_req_width`, the padded size), which this stage's replay copies into its
+        static buffer whole; an eager forward of the batch takes its own tokens only."""
+        if proxy is None:
+            return None
+        from sglang.srt.model_executor.forward_batch_info import PPProxyTensors
+
+        tokens = _tokens(batch)
+        return PPProxyTensors({name: tensor[:tokens] for name, tensor in proxy.tensors.items()})
 
     def send(self, output) -> None:
         if self.hands_on:
