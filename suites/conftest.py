@@ -25,3 +25,16 @@ def device(device_name, personality, layout):  # the layout first: it prepares S
         pytest.skip(found.skip_reason)
     with found.install(personality):
         yield found
+
+
+# The suites' modules, dearest first. xdist hands each worker runs of consecutive items and the last few one by one,
+# so cheap modules at the end fill the tail of whichever worker frees first (the gate of 2026-12-07 ended with
+# one worker idle for 8 s while the other ran the server-lifetime machine, collected last). The world items come
+# first, so that xdist's first batch gives them all to one worker, which pays the world fork server's start once.
+DEAREST_FIRST = ("test_parallel_worlds.py", "test_real_models.py", "test_server_lifetime.py", "test_decode_npu.py",
+                 "test_decode_switches.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: position for position, name in enumerate(DEAREST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(DEAREST_FIRST)))  # stable: modules stay together
