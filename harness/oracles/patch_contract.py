@@ -74,7 +74,7 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captu
     # graphs per size: the LoRA and the "nolora" variant when the (CUDA) runner records both, else one
     variants = 2 if (target.case.record_nolora_graph and personality == "cuda") else 1
     # under --enable-pdmux the runner captures every size once per stream group (SGLang's --sm-group-num)
-    variants *= max(1, getattr(target.case.switches, "pdmux_groups", 0))
+    variants *= max(1, target.case.switches.pdmux_groups)
     sizes, compile_bs = expected_sizes(target.case)
     if sorted(target.capture_bs) != sizes or sorted(target.compile_bs) != compile_bs:
         raise OracleFailure(ORACLE, f"the runner captures sizes {target.capture_bs} and compiles {target.compile_bs}, "

@@ -70,8 +70,9 @@ class RunnerSwitches:
         if self.pdmux_groups:
             from harness.targets.decode.pdmux import missing as pdmux_missing
 
-            if pdmux_missing():
-                return pdmux_missing()
+            reason = pdmux_missing()
+            if reason:
+                return reason
         if not module_exists(runner_module) or not runner_module.endswith("decode_cuda_graph_runner"):
             return (f"SGLang {sglang_version()} has no sglang.srt.model_executor.runner.decode_cuda_graph_runner: "
                     "its runner switches are not driven")
@@ -118,7 +119,6 @@ class RunnerSwitches:
         finally:
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
-
 
     def _stream_groups(self) -> contextlib.AbstractContextManager:
         """Under pdmux, SGLang's stream groups (`pdmux.groups`), made before the runner reads them."""

@@ -22,7 +22,6 @@ import sglang.srt.model_executor.runner.eager_runner  # noqa: E402,F401
 # no device and leave every module's `_is_cuda`/`_is_npu`-style flag as an import under the virtual device does
 import sglang.srt.models.registry  # noqa: E402,F401
 
-import gc  # noqa: E402
+from harness.devices.gc_policy import freeze_heap  # noqa: E402
 
-gc.collect()
-gc.freeze()
+freeze_heap("cpu")
