@@ -320,3 +320,35 @@ def test_coverage_keeps_the_lines_its_callers_run_after_an_untraced_launch(tmp_p
     assert result == [2.0, 4.0, 0.0]
     _, _, _, missing, _ = cov.analysis2(str(source))
     assert missing == [], f"lines lost around an untraced launch: {missing}"
+
+
+@pytest.mark.parametrize("mode", cpu.MODES)
+@pytest.mark.parametrize("grad_in_capture", [False, True])
+def test_a_guard_failing_inside_a_capture_is_seen_as_on_cuda(virtual, mode, grad_in_capture):
+    """A compiled function warmed up twice without autograd, then captured: on CUDA the capture's call looks up
+    Dynamo's cache and, with autograd on, misses it and compiles inside the capture. The capture's record says so
+    in both modes (rerun compiles; record, where Dynamo runs eagerly under the recorder, notes the miss with
+    Dynamo's guard text), and `RecompileWatcher.arm` fails naming the graph; with autograd off it passes."""
+    from harness.oracles.recompile import RecompileWatcher
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="eager")
+    x = torch.ones(3)
+    with RecompileWatcher("the compiled function") as watcher:
+        for _ in range(2):
+            with torch.no_grad():
+                compiled(x)
+        with torch.set_grad_enabled(grad_in_capture):
+            graph, out = capture(lambda: compiled(x), mode)
+        record = cpu.CAPTURES[-1]
+        assert record.compiles + len(record.cache_misses) == int(grad_in_capture), record
+        if not grad_in_capture:
+            watcher.arm()
+            return
+        if mode == "record":
+            assert "GLOBAL_STATE changed: grad_mode" in record.cache_misses[0], record
+        with pytest.raises(OracleFailure, match=f"graph {graph.graph_id} ") as failure:
+            watcher.arm()
+        assert "grad_mode" in failure.value.details["failing_guard"]
+    graph.replay()
+    assert torch.equal(out, x * 2 + 1)

@@ -77,6 +77,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.counter import counter
 from harness.devices.collectives import wait_for_tensors, wait_for_work
+import harness.devices.dynamo_in_capture as dynamo_in_capture
 import harness.devices.legality as legality
 import harness.devices.memory_history as memory_history
 import harness.devices.stream_order as stream_order
@@ -102,6 +103,10 @@ class CaptureRecord:
     num_ops: int
     site: str
     num_launches: int = 0  # Triton kernel launches recorded (record mode)
+    # Dynamo inside the capture (`oracles.recompile`): frames compiled (rerun mode), and frames whose cache would
+    # miss, each with its failed guard (record mode, where Dynamo runs them eagerly: `dynamo_in_capture`)
+    compiles: int = 0
+    cache_misses: tuple[str, ...] = ()
 
 
 CAPTURES: list[CaptureRecord] = []
@@ -345,7 +350,11 @@ class VirtualGraph:
         self._frame = _frame if _frame is not None else sys._getframe(1)
         self.capture_site = f"{self._frame.f_code.co_filename}:{self._frame.f_lineno}"
         legality.begin(self)
+        self._compiles_at_begin = counter.num_dynamo_frames_compiled
+        self._cache_misses: list[str] = []
         if self.mode == "record":
+            self._dynamo_watch = dynamo_in_capture.watching(self._cache_misses)
+            self._dynamo_watch.__enter__()
             self._recorder = _Recorder()
             self._recorder.__enter__()
 
@@ -353,6 +362,7 @@ class VirtualGraph:
         try:
             if self.mode == "record" and self._recorder is not None:
                 self._recorder.__exit__(None, None, None)
+                self._dynamo_watch.__exit__(None, None, None)
                 self._steps = self._recorder.steps
                 self.num_launches = self._recorder.launches
                 self.num_ops = len(self._steps) - self.num_launches
@@ -366,11 +376,14 @@ class VirtualGraph:
             self._frame = None
         self._captured = True
         counter.num_graphs_captured += 1
-        CAPTURES.append(CaptureRecord(self.graph_id, self.mode, self.num_ops, self.capture_site, self.num_launches))
+        CAPTURES.append(CaptureRecord(self.graph_id, self.mode, self.num_ops, self.capture_site, self.num_launches,
+                                      counter.num_dynamo_frames_compiled - self._compiles_at_begin,
+                                      tuple(self._cache_misses)))
 
     def _abort(self) -> None:
         if self._recorder is not None:
             self._recorder.__exit__(None, None, None)
+            self._dynamo_watch.__exit__(None, None, None)
             self._recorder = None
         legality.end()
         self._frame = None

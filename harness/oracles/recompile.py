@@ -4,6 +4,10 @@ A compile at serve time means a guard failed on a value that differs from its ca
 `forward_mode` MIXED against a capture in EXTEND); the new frame then runs outside the capture session. The
 count of Dynamo compiles is `harness.counter`'s (`num_dynamo_frames_compiled`); the watcher adds the evidence,
 the guard-failure text Dynamo logs on its `recompiles` artifact, so the report names the guard that failed.
+
+Nor inside a capture: a runner warms each size up on the very inputs it then captures, so a compile in the capture's
+call is a guard that fails on every call (a counter, a global or a grad mode that changes per call); every later
+call of the compiled region compiles again, and on CUDA the compile would run inside the stream capture.
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ class RecompileWatcher:
         self._entered: Counter | None = None
         self._armed: Counter | None = None
         self._exited: Counter | None = None
+        self._captures_at_entry = 0  # `cpu.CAPTURES` when entered
 
     @classmethod
     def _enable_recompile_log(cls) -> None:
@@ -62,6 +67,9 @@ class RecompileWatcher:
         logger.setLevel(logging.DEBUG)
         logger.addHandler(self._handler)
         self._entered = counter.mark()
+        from harness.devices import cpu
+
+        self._captures_at_entry = len(cpu.CAPTURES)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -74,9 +82,33 @@ class RecompileWatcher:
         return getattr(end or counter, _COMPILES) - getattr(start, _COMPILES)
 
     def arm(self) -> None:
-        """From now on every Dynamo compile is a failure; guard text logged before arming is dropped."""
+        """From now on every Dynamo compile is a failure; guard text logged before arming is dropped. First, the
+        captures made since entering (on the virtual device) must have compiled nothing (`check_captures`)."""
+        self.check_captures()
         self._armed = counter.mark()
         self.guard_failures.clear()
+
+    def check_captures(self) -> None:
+        """No capture made since entering compiled a Dynamo frame or missed its cache: its warm-up ran the same
+        call on the same inputs (the module docstring). Names each graph, its capture site and the failed guard."""
+        from harness.devices import cpu
+
+        compiled = [record for record in cpu.CAPTURES[self._captures_at_entry:]
+                    if record.compiles or record.cache_misses]
+        if not compiled:
+            return
+        misses = [miss for record in compiled for miss in record.cache_misses]
+        guard = misses[0] if misses else (
+            self.guard_failures[-1] if self.guard_failures else "(Dynamo logged no guard failure: a new frame)")
+        graphs = ", ".join(f"graph {record.graph_id} ({record.compiles + len(record.cache_misses)} at {record.site})"
+                           for record in compiled)
+        raise OracleFailure(
+            ORACLE,
+            f"Dynamo compiled (or, recording, would compile) frame(s) of {self.what} inside a graph capture, after "
+            f"the warm-up ran the same call on the same inputs: {graphs}; a guard that fails on every call compiles "
+            f"at serve time too",
+            compiles_in_capture=sum(record.compiles + len(record.cache_misses) for record in compiled),
+            failing_guard=guard)
 
     @property
     def warmup_compiles(self) -> int:
