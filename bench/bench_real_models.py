@@ -6,7 +6,10 @@ draft decode and draft extend graphs, and for a LoRA server of each LoRA kernel 
 built, the batch on both adapters); then the wall time of the suite's
 gate profile (`--gate`, at `-n 2`: what the real-model gate examples add to the gate campaign).
 
-Usage: python bench/bench_real_models.py [--sizes 1,2,4] [--gate]
+With `--compiled`, each family again under `--enable-torch-compile` (Dynamo and AOTAutograd, backend aot_eager:
+its capture includes tracing the compiled sizes).
+
+Usage: python bench/bench_real_models.py [--sizes 1,2,4] [--gate] [--compiled]
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ def padded_batch(target, sizes: tuple[int, ...]):
     return target.stage([9, 4, 17, 6, 11, 3, 20, 8][:n], list(range(1, n + 1)), [5] * n, seed=1)
 
 
-def bench_family(family: str, sizes: tuple[int, ...]) -> None:
+def bench_family(family: str, sizes: tuple[int, ...], compiled: bool = False) -> None:
     from harness.devices import cpu, get_device
     from harness.targets.decode import real_model
     from harness.targets.decode.base import DecodeCase
@@ -37,10 +40,18 @@ def bench_family(family: str, sizes: tuple[int, ...]) -> None:
     if reason:
         print(f"{family}: skipped: {reason}")
         return
+    case = DecodeCase(capture_bs=sizes, max_running_requests=8)
+    if compiled:  # --enable-torch-compile, Dynamo and AOTAutograd only (the gate's backend)
+        import torch
+
+        case = dataclasses.replace(case, enable_torch_compile=True, compile_backend="aot_eager",
+                                   torch_compile_max_bs=max(sizes))
+        torch._dynamo.reset()
     with get_device("cpu").install("cuda"):
         cpu.reset_log()
         started = time.perf_counter()
-        target = real_model.RealModelTarget(DecodeCase(capture_bs=sizes, max_running_requests=8), family=family)
+        target = real_model.RealModelTarget(case, family=family)
+        family = f"{family}+compile" if compiled else family
         if target.capture_refused:
             print(f"{family:8s} {target.real.family.architecture:20s} build + refused capture "
                   f"{time.perf_counter() - started:6.2f} s: {target.capture_refused[:160]}", flush=True)
@@ -53,7 +64,7 @@ def bench_family(family: str, sizes: tuple[int, ...]) -> None:
         started = time.perf_counter()
         target.eager(batch)
         eager = time.perf_counter() - started
-        print(f"{family:8s} {target.real.family.architecture:20s} build {built:6.2f} s   capture of {list(sizes)}: "
+        print(f"{family:14s} {target.real.family.architecture:20s} build {built:6.2f} s   capture of {list(sizes)}: "
               f"{target.capture_seconds:6.2f} s   replay (batch of {batch.batch_size}): {replay:5.2f} s   "
               f"eager: {eager:5.2f} s   launches recorded per capture: {[c.num_launches for c in cpu.CAPTURES]}",
               flush=True)
@@ -142,6 +153,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,2,4")
     parser.add_argument("--gate", action="store_true")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also each captured family with --enable-torch-compile (Dynamo, backend aot_eager)")
     args = parser.parse_args()
     os.chdir(REPO)
     from harness.compat import prepare_torchvision
@@ -151,6 +164,9 @@ def main() -> int:
     sizes = tuple(int(s) for s in args.sizes.split(","))
     for family in FAMILIES:
         bench_family(family, sizes)
+    if args.compiled:
+        for family in FAMILIES:
+            bench_family(family, sizes, compiled=True)
     bench_draft(sizes)
     from harness.targets.decode.real_lora import LORA_BACKENDS
 
