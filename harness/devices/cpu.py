@@ -361,8 +361,8 @@ class VirtualGraph:
     def capture_end(self) -> None:
         try:
             if self.mode == "record" and self._recorder is not None:
-                self._recorder.__exit__(None, None, None)
                 self._dynamo_watch.__exit__(None, None, None)
+                self._recorder.__exit__(None, None, None)
                 self._steps = self._recorder.steps
                 self.num_launches = self._recorder.launches
                 self.num_ops = len(self._steps) - self.num_launches
@@ -382,8 +382,8 @@ class VirtualGraph:
 
     def _abort(self) -> None:
         if self._recorder is not None:
-            self._recorder.__exit__(None, None, None)
             self._dynamo_watch.__exit__(None, None, None)
+            self._recorder.__exit__(None, None, None)
             self._recorder = None
         legality.end()
         self._frame = None

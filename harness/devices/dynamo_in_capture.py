@@ -10,8 +10,8 @@ wrapper enters that Dynamo already compiled, it checks the frame's cached guards
 the cache lookup on CUDA would, and notes a frame none of them accepts with Dynamo's own text of the failed guard.
 What runs is left as it was (eager, recorded). Frames entered below one (continuations after a graph break, the
 helpers a compiled frame had inlined) are not judged: under the eager parent they may see other locals than on
-CUDA, or not be entered there at all. Relies on Dynamo internals (the callback
-class and the cache entries); where a release lacks them, `watching` notes nothing and says why in `unavailable`.
+CUDA, or not be entered there at all. Relies on Dynamo internals (the callback class and the cache entries); where
+a release lacks them, `watching` notes nothing and `unavailable` says why.
 """
 from __future__ import annotations
 
