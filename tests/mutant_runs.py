@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -86,9 +87,13 @@ def failure_records(report_dir: Path) -> list[dict]:
 
 def assert_caught(name: str, mutant: Mutant, report_dir: Path, extra: tuple[str, ...] = (),
                   timeout: float = 600) -> dict:
-    """`assert_mutant_fails` for a table row: its test, edits, options, oracle and texts."""
-    return assert_mutant_fails(mutant.test, name, mutant.edits, report_dir, mutant.oracle, mutant.texts,
-                               extra=(*mutant.extra, *extra), timeout=timeout)
+    """`assert_mutant_fails` for a table row: its test, edits, options, oracle and texts; and each of its
+    `details` in the failure record's details."""
+    record = assert_mutant_fails(mutant.test, name, mutant.edits, report_dir, mutant.oracle, mutant.texts,
+                                 extra=(*mutant.extra, *extra), timeout=timeout)
+    for text in mutant.details:
+        assert text in json.dumps(record["details"]), (text, record["details"])
+    return record
 
 
 def assert_mutant_fails(test: str, name: str, edits: list[Edit], report_dir: Path, oracle: str, texts: list[str],

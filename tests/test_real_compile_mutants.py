@@ -49,5 +49,3 @@ MUTANTS = {
 def test_mutant_fails_with_its_diagnosis(name, tmp_path):
     record = assert_caught(name, MUTANTS[name], tmp_path, extra=("-k", "dense"))
     assert record["details"].get("breaks") or record["details"].get("failing_guard"), record
-    for text in MUTANTS[name].details:
-        assert text in str(record["details"]), (text, record["details"])
