@@ -530,6 +530,18 @@ def _wrap_get_device_module(original):
     return get_device_module
 
 
+def _record_stream(original):
+    @functools.wraps(original)
+    def record_stream(self, stream):
+        """On a virtual stream: CUDA's caching allocator would keep the tensor's memory from reuse until the work
+        queued on `stream` is done; the virtual device runs a stream's work as it is issued, so nothing is kept."""
+        if isinstance(stream, streams.Stream):
+            return None
+        return original(self, stream)
+
+    return record_stream
+
+
 @contextlib.contextmanager
 def install() -> Iterator[pytest.MonkeyPatch]:
     """Plug the virtual device into torch and SGLang for the duration of the block; nests; undone on exit.
@@ -548,6 +560,7 @@ def install() -> Iterator[pytest.MonkeyPatch]:
         legality.install_generator_rules(patches)
         memory_history.install(patches, is_current_stream_capturing)
         patches.setattr(torch, "get_device_module", _wrap_get_device_module(torch.get_device_module))
+        patches.setattr(torch.Tensor, "record_stream", _record_stream(torch.Tensor.record_stream))
         for name in WEAK_REF_MODULES:
             patches.setitem(sys.modules, name, _weak_ref_module(name))
             parent, _, leaf = name.rpartition(".")
