@@ -79,7 +79,10 @@ SUITES: tuple[Suite, ...] = (
                   "srt/model_executor/runner/base_cuda_graph_runner.py",
                   "srt/model_executor/runner_backend/full_cuda_graph_backend.py",
                   "srt/compilation/torch_compile_decoration.py",
-                  "srt/speculative/ragged_verify.py"),
+                  "srt/speculative/ragged_verify.py",
+                  # DeepSeek-V4.1's candidate graph variants and early verify metadata (`decode/dsv41.py`)
+                  "srt/layers/attention/graph_variants.py",
+                  "srt/model_executor/runner/early_verify_metadata.py"),
         # Reached only under the NPU personality (suites/test_decode_npu.py in every run, or --personality npu):
         # SGLang's own NPU runner and backend on the virtual device.
         personality_coverage={"npu": ("srt/hardware_backend/npu/graph_runner/npu_graph_runner.py",

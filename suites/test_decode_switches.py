@@ -16,11 +16,13 @@ from harness.counter import counter
 from harness.devices import cpu
 from harness.oracles.capture_profile import check_capture_profile
 from harness.oracles.graph_replay import check_dropped
-from harness.oracles.metadata_glue import GlueGraphs, check_glue_declined, check_glue_served
+from harness.oracles.metadata_glue import GlueGraphs, check_glue_declined, check_glue_served, \
+    expected_candidate_variant, watch_early_verify
 from harness.oracles.prefilled_inputs import check_prefilled_skips
 from harness.oracles.process_state import check_at_rest
 from harness.profiles import suite_settings
 from harness.record import example
+from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
 from harness.targets.decode.planned import KINDS
 from harness.targets.decode.switches import RunnerSwitches, elastic_drop
 from strategies.capture import decode_cases, replay_batches
@@ -148,6 +150,80 @@ def test_dspark_verify_glue_declined_by_backend(case, data, device, personality,
         skip_dspark_switches(layout, personality)
         run_switched(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"), device,
                      personality, layout, ex, lambda target, *_: check_glue_declined(target))
+
+
+@suite_settings(gate_examples=1, shrink_in_gate=False)
+@given(case=dspark_cases(dspark_verify_glue=True, early_verify=True), span_blocks=st.integers(2, 25), data=st.data())
+def test_dsv41_variants_and_early_verify_metadata(case, span_blocks, data, device, personality, layout):
+    """DeepSeek-V4.1's candidate graph variants on a DSPARK target verify runner, its verify metadata staged early
+    (`harness/targets/decode/dsv41.py`): SGLang builds an unfiltered and a filtered graph per size from the drawn
+    candidate span (`span_blocks` blocks of 4 tokens); each replay is reached plainly or, as the DSPARK worker
+    does, after `stage_verify_metadata_early` with its tensors (drawn per replay). Every replay takes the variant
+    its longest request implies, every stage is accepted and taken exactly where SGLang's contract says
+    (`metadata_glue.watch_early_verify`), and every replay equals eager."""
+    from harness.targets.decode.dsv41 import BLOCK_SIZE
+
+    case = dataclasses.replace(case, switches=dataclasses.replace(case.switches, dsv41_span=span_blocks * BLOCK_SIZE))
+    with example("decode_switches", personality=personality, span=case.switches.dsv41_span, **case.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_early(case, lambda sizes: data.draw(glue_batches(case, sizes), label="batches"),
+                  lambda count: data.draw(st.lists(st.sampled_from(["execute", "early", "early"]), min_size=count,
+                                                   max_size=count), label="kinds"), device, personality, layout, ex)
+
+
+def run_early(case, batches_for, kinds, device, personality, layout, ex) -> None:
+    """`case` under DeepSeek-V4.1's variants and early metadata: its glue graphs keyed by size and variant, each
+    replay watched (`watch_early_verify`), SGLang's counts in the record."""
+    span, width = case.switches.dsv41_span, case.tokens_per_request
+    graphs = GlueGraphs(key=lambda batch: expected_candidate_variant(batch, width, span))
+
+    def checked(target, replay):
+        return watch_early_verify(span, width, target.capture_bs)(target, replay)
+
+    run_switched(case, lambda sizes: batches_for(graphs.routing(sizes)), device, personality, layout, ex,
+                 lambda target, *_: note_early(ex, target), checked=checked, serve_graphs=graphs, kinds=kinds)
+
+
+def dspark_verify(seq_lens: list[int], rows: list[int], first_slot: int, width: int = 3) -> DecodeBatch:
+    """A DSPARK verify batch of `width` causal draft tokens a request, at pool `rows` and cache slots from
+    `first_slot` on."""
+    tokens = len(seq_lens) * width
+    chain = [[k <= j for k in range(width)] for j in range(width)]
+    return DecodeBatch(input_ids=[(7 * i) % 50 for i in range(tokens)],
+                       positions=[s + i % width for s in seq_lens for i in range(width)], seq_lens=seq_lens,
+                       forward_mode="TARGET_VERIFY", req_pool_indices=rows,
+                       out_cache_loc=list(range(first_slot, first_slot + tokens)),
+                       draft_visibility=[chain] * len(seq_lens))
+
+
+# capture [2, 4], width 3, candidate span 16 (each batch replayed, then its shifted twin): a size-2 key's glue
+# captures at its third prep, so the second batch's shifted replay is the first stage taken; then two batches of
+# longest 14 and 15 (past 16 with the verify's 3: the filtered graph, never staged, its glue captured by the
+# second), a padded 3 (never staged), and longest 13 (13 + 3 = 16: unfiltered, staged)
+EARLY_CASE = DecodeCase(capture_bs=(2, 4), max_running_requests=8,
+                        spec=SpecSettings(num_steps=3, topk=1, num_draft_tokens=3, algorithm="DSPARK"),
+                        switches=RunnerSwitches(dspark_verify_glue=True, early_verify=True, dsv41_span=16))
+EARLY_BATCHES = [dspark_verify([5, 9], [1, 2], 10), dspark_verify([7, 11], [3, 4], 20),
+                 dspark_verify([14, 2], [5, 1], 30), dspark_verify([1, 15], [6, 8], 36),
+                 dspark_verify([4, 6, 8], [2, 3, 6], 46),
+                 dspark_verify([13, 6], [7, 2], 60)]
+
+
+def test_dsv41_early_verify_metadata_at_its_bounds(device, personality, layout):
+    """`EARLY_CASE`, every replay reached as the DSPARK worker does (staged early first): the stages refused
+    before the glue is captured, the first taken, batches past the span on the filtered graph, a padded batch, and
+    a batch exactly at the span on the unfiltered one, each checked as the drawn cases are."""
+    with example("decode_switches", personality=personality, span=16, **EARLY_CASE.drawn()) as ex:
+        skip_dspark_switches(layout, personality)
+        run_early(EARLY_CASE, lambda sizes: EARLY_BATCHES, lambda count: ["early"] * count, device, personality,
+                  layout, ex)
+
+
+def note_early(ex, target) -> None:
+    """The record's evidence of the early metadata: SGLang's own counts, and the variants replayed."""
+    early = target.runner._early_verify_metadata
+    ex.note("early_verify", {"staged": early.staged_ct, "taken": early.taken_ct, "rejected": early.rejected_ct,
+                             "variants": {str(k): v for k, v in early.variant_cts.items()}})
 
 
 # a load, its mark without a plan (fresh tensors: re-copied), a plan, a mark finding the record cleared; then drawn

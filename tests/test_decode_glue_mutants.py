@@ -20,6 +20,9 @@ SGLang: the suite that drives the path must fail with the oracle and diagnosis n
   Pre-planned input skip (`SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS`): a marked batch's fresh input_ids or
   positions left uncopied (the tensor identity check dropped), the plan-time record never cleared. A draft worker's
   glue: its static-verify or draft-worker check inverted, a glued prep re-installing without replay.
+- DeepSeek-V4.1's candidate variants and early target verify metadata: the variant chosen without the verify's
+  width, an early stage of a filtered-variant batch, a stage handing lengths and pool rows to each other's slots
+  (SGLang's take then refuses every stage: the counts say so).
 - Gathered DP buffers (`--moe-dense-tp-size 1`): the gathered length counting ranks, the token counts in
   requests, the capture's gather lengths left unpublished (`dp-gather`: outputs unchanged on one rank).
 - PD-multiplexing (`--enable-pdmux`): the replay keyed to the first stream group's graph, the replay's metadata
@@ -48,6 +51,8 @@ DP_GATHER = f"{SWITCHES}::test_dp_gathered_buffers_replay_matches_eager"
 DSPARK_GLUE = f"{SWITCHES}::test_dspark_verify_glue_replays_match_eager"
 PREFILLED = f"{SWITCHES}::test_dspark_preplanned_verify_skips_prefilled_inputs"
 DECLINED = f"{SWITCHES}::test_dspark_verify_glue_declined_by_backend"
+EARLY = f"{SWITCHES}::test_dsv41_early_verify_metadata_at_its_bounds"
+VARIANTS = "srt/layers/attention/graph_variants.py"
 DRAFT_GLUE = f"{SWITCHES}::test_draft_glue_replays_match_eager"
 NPU_MROPE = f"{NPU}::test_npu_mrope_planned_under_overlap_plan_stream"
 ELASTIC = f"{SWITCHES}::test_elastic_drop_then_recapture_replays_match_eager"
@@ -277,6 +282,23 @@ MUTANTS = {
                 "        # The plan-time load")],
         oracle="prefilled-inputs",
         texts=["pre-planned input re-copy skip(s), the replays imply 2"]),
+    # DeepSeek-V4.1's candidate variants and early target verify metadata (`dsv41.py`)
+    "candidate_variant_without_verify_width": Mutant(
+        test=EARLY,
+        edits=[(VARIANTS, "            max_seq_len += self.verify_extra_tokens\n", "")],
+        oracle="metadata-glue",
+        texts=["replayed the 'candidate_unfiltered' graph, the batch implies 'candidate_filtered'", "longest 14"]),
+    "early_stage_of_a_filtered_variant": Mutant(
+        test=EARLY,
+        edits=[(RUNNER, "            or variant not in DSV41_EARLY_VERIFY_VARIANTS\n", "")],
+        oracle="metadata-glue",
+        texts=["stage_verify_metadata_early answered True, the batch implies False", "longest 15"]),
+    "early_stage_swaps_lengths_and_rows": Mutant(
+        test=EARLY,
+        edits=[(RUNNER, "                req_pool_indices=req_pool_indices,\n                seq_lens=seq_lens,\n",
+                "                req_pool_indices=seq_lens,\n                seq_lens=req_pool_indices,\n")],
+        oracle="metadata-glue",  # SGLang's take compares the staged views and refuses: the early path is lost
+        texts=["staged, taken and rejected (1, 0, 1), the replay implies (1, 1, 0)"]),
     "elastic_drop_skips_backend_cleanup": Mutant(
         test=ELASTIC,
         edits=[(SETUP, "        decode_runner.backend.cleanup()\n", "        pass\n")],

@@ -40,11 +40,12 @@ class GlueGraphs:
     """`serve_graphs` for `decode_replay.check_replays_match_eager`: the glue graphs each replay creates and
     replays, by the count above (the third prep of a captured size captures one graph and replays it; each later
     one replays it; a padded replay, never routed, none). `captured`: the capture list, known once the runner
-    is built (`routing`)."""
+    is built (`routing`); `key(batch)`: the glue's key beyond the size (an attention variant), default none."""
 
-    def __init__(self) -> None:
+    def __init__(self, key=lambda batch: None) -> None:
         self.preps = collections.Counter()
         self.captured: list[int] = []
+        self.key = key
 
     def routing(self, capture_bs: list[int]) -> list[int]:
         self.captured = list(capture_bs)
@@ -53,8 +54,9 @@ class GlueGraphs:
     def __call__(self, batch) -> dict:
         if batch.batch_size not in self.captured:
             return {}
-        self.preps[batch.batch_size] += 1
-        n = self.preps[batch.batch_size]
+        key = (batch.batch_size, self.key(batch))
+        self.preps[key] += 1
+        n = self.preps[key]
         return {"replays": int(n >= 3), "new_graphs": int(n == 3), "new_captures": int(n == 3)}
 
 
@@ -81,3 +83,62 @@ def check_glue_declined(target) -> None:
                             "declares no host-free target verify prep (glue_target_verify_metadata gives a reason), "
                             f"yet the runner built a metadata glue graph (replays {glue.replays}, eager {glue.eager}, "
                             f"disabled {glue.disabled})", glue_disabled=glue.disabled)
+
+
+def expected_candidate_variant(batch, width: int, span: int) -> str:
+    """DeepSeek-V4.1's variant for a DSPARK verify `batch`: the unfiltered graph while its longest request's
+    committed tokens and the verify's `width` fit the candidate span, else the filtered one, which is also the
+    answer for a batch without a host mirror of its lengths (the variant then knows no length), e.g. span 16,
+    width 3: longest 13 -> unfiltered, 14 -> filtered."""
+    from sglang.srt.layers.attention.graph_variants import DSV41_CANDIDATE_FILTERED, DSV41_CANDIDATE_UNFILTERED
+
+    fits = batch.host_seq_lens and max(batch.seq_lens) + width <= span
+    return DSV41_CANDIDATE_UNFILTERED if fits else DSV41_CANDIDATE_FILTERED
+
+
+def watch_early_verify(span: int, width: int, capture_bs):
+    """`capture_and_check`'s `checked` for DeepSeek-V4.1's variants under early verify metadata: after each replay,
+    the graph it replayed has the variant its batch implies (`expected_candidate_variant`), and the runner's
+    staging counts moved as the replay's kind implies. An early stage must be accepted exactly when the batch is a
+    captured size (unpadded) on the unfiltered variant whose glue graph is captured (SGLang's contract:
+    `stage_verify_metadata_early`; a key's glue is captured by its third unpadded prep, the module docstring),
+    and the verify must then take it (same key, same tensors); no replay rejects a stage. Each failure names the
+    replay, its batch and the relation broken."""
+    from sglang.srt.layers.attention.graph_variants import DSV41_EARLY_VERIFY_VARIANTS
+
+    preps = collections.Counter()  # unpadded replays so far, by (size, variant): the glue's key
+
+    def checked(target, replay):
+        def run(batch, step):
+            early = target.runner._early_verify_metadata
+            if early is None:
+                raise OracleFailure(ORACLE, "SGLANG_OPT_DSV41_TARGET_METADATA_EARLY is set for a DSPARK target verify "
+                                    "runner with its metadata glue, yet it keeps no EarlyVerifyMetadata")
+            before = (early.staged_ct, early.taken_ct, early.rejected_ct)
+            result = replay(batch, step)
+            found = tuple(now - then for now, then in zip((early.staged_ct, early.taken_ct, early.rejected_ct),
+                                                          before))
+            longest = max(batch.seq_lens)
+            variant = expected_candidate_variant(batch, width, span)
+            where = (f"replay {step} ({target.kinds_taken[-1]}, {batch.batch_size} request(s), longest {longest} "
+                     f"tokens + {width} verify, candidate span {span}, captured sizes {list(capture_bs)})")
+            replayed = getattr(target.runner._replay_graph_key, "attention_variant", None)
+            if replayed != variant:
+                raise OracleFailure(ORACLE, f"{where}: replayed the {replayed!r} graph, the batch implies {variant!r}",
+                                    expected_variant=variant, replayed_variant=replayed)
+            key = (batch.batch_size, variant)
+            staged = target.kinds_taken[-1] == "early" and batch.batch_size in capture_bs and \
+                variant in DSV41_EARLY_VERIFY_VARIANTS and preps[key] >= 3
+            if batch.batch_size in capture_bs:
+                preps[key] += 1
+            if target.early_staged[-1] is not None and target.early_staged[-1] != staged:
+                raise OracleFailure(ORACLE, f"{where}: stage_verify_metadata_early answered "
+                                    f"{target.early_staged[-1]}, the batch implies {staged}",
+                                    expected_staged=staged, found_staged=target.early_staged[-1])
+            expected = (int(staged), int(staged), 0)
+            if found != expected:
+                raise OracleFailure(ORACLE, f"{where}: the early metadata staged, taken and rejected "
+                                    f"{found}, the replay implies {expected}", expected=expected, found=found)
+            return result
+        return run
+    return checked

@@ -75,6 +75,9 @@ def check_patch_model_contract(target, hooks: HookRecorder, layout, graphs_captu
     variants = 2 if (target.case.record_nolora_graph and personality == "cuda") else 1
     # under --enable-pdmux the runner captures every size once per stream group (SGLang's --sm-group-num)
     variants *= max(1, target.case.switches.pdmux_groups)
+    # DeepSeek-V4.1's candidate variants: the unfiltered graph (requests up to the candidate span) and the filtered
+    # fallback; the harness's config offers no low-ratio variant (compress ratios hold neither 1 nor 2)
+    variants *= 2 if target.case.switches.dsv41_span else 1
     sizes, compile_bs = expected_sizes(target.case)
     if sorted(target.capture_bs) != sizes or sorted(target.compile_bs) != compile_bs:
         raise OracleFailure(ORACLE, f"the runner captures sizes {target.capture_bs} and compiles {target.compile_bs}, "

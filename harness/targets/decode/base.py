@@ -539,6 +539,10 @@ class DecodeTarget:
             self.model, self.attn_backend, device=device, max_running_requests=case.max_running_requests,
             server_args=self.server_args, lora_manager=self.lora_manager, spec=case.spec,
             architecture=case.switches.architecture)
+        if case.switches.dsv41_span:  # the text config DeepSeek-V4.1's candidate graph variants are built from
+            from harness.targets.decode.dsv41 import text_config_fields
+
+            vars(runner.model_config.hf_text_config).update(text_config_fields(case.switches.dsv41_span))
         # --enable-pdmux: SGLang's model runner builds a decode backend per SM group (attention_backend_setup)
         runner.decode_attn_backend_group = [type(self.attn_backend)(device=device)
                                             for _ in range(case.switches.pdmux_groups)]

@@ -46,6 +46,11 @@ def make_glue_attention_backend_class(role: str = "target"):
                                                     visible_drafts=self.graph.visible_drafts,
                                                     sum_gap=self.graph.sum_gap)
 
+        def enable_early_verify_metadata(self) -> None:
+            """SGLang's target verify runner under SGLANG_OPT_DSV41_TARGET_METADATA_EARLY: DeepSeek V4's backend
+            then builds the verify metadata outside the graph; this double's prep is the same either way."""
+            self.builds_verify_metadata_early = True
+
         def glue_target_verify_metadata(self) -> str:
             return "" if role == "target" else "a draft worker's backend declares no target verify prep"
 

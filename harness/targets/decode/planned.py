@@ -13,6 +13,9 @@ How each batch reaches the runner (drawn per batch, `KINDS`):
   positions (and its LoRA scales, which the worker prepares per batch; its embeddings or dLLM preparation state, as a
   dLLM worker's next denoising step of the same block hands over). The expectation says so, derived from the
   two drawn batches.
+- `early` (not drawn from `KINDS`; suites name it): a DSPARK target verify under DeepSeek-V4.1's early metadata
+  (`dsv41.py`): the draft worker's `stage_verify_metadata_early` with the batch's tensors, then `execute` of the
+  same forward batch, unmarked; `target.early_staged` keeps each stage's answer, None for other kinds.
 - `planned_ahead` (not drawn from `KINDS`; suites name it): the batch planned and marked, then the next step of
   the same requests (`step_ahead`: seq_lens, ids and positions one further) planned before the batch executes, as
   a worker that plans k + 1 before executing k does: the runner's staged plan is k + 1's, so the replay is that
@@ -35,6 +38,8 @@ class PlannedReplays:
         self.target = target
         self.last_plan: object | None = None  # the batch the runner's staged plan belongs to
         self.taken: list[str] = []  # the kind each replay really took
+        target.kinds_taken = self.taken  # read by checks around each replay (`capture_and_check`'s `checked`)
+        target.early_staged = []  # per replay: the runner's answer to an early stage, None without one
 
     def plan(self, batch, *, replan_equivalent: bool = False):
         fb = self.target.forward_batch(batch)
@@ -51,6 +56,14 @@ class PlannedReplays:
     def replay(self, batch, kind: str):
         kind = self._feasible(batch, kind)
         self.taken.append(kind)
+        self.target.early_staged.append(None)
+        if kind == "early":
+            from harness.targets.decode.dsv41 import stage_early
+
+            fb = self.target.forward_batch(batch)
+            self.target.early_staged[-1] = stage_early(self.target, fb, max(batch.seq_lens))
+            self.last_plan = batch
+            return self.execute(fb), batch
         if kind == "execute":
             self.last_plan = batch
             return self.target.replay(batch), batch
@@ -93,6 +106,8 @@ class PlannedReplays:
         `test_findings_npu_dflash_preplanned_verify_crashes`), so there every batch reaches it unmarked."""
         spec = self.target.case.spec
         if self.target.personality == "npu" and spec is not None and spec.algorithm == "DFLASH":
+            return "execute"
+        if kind == "early" and (not self.target.case.switches.early_verify or batch.forward_mode != "TARGET_VERIFY"):
             return "execute"
         if kind == "stale_mark":
             last = self.last_plan

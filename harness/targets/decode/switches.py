@@ -7,7 +7,8 @@ architecture (the NPU runner picks its seq-len update by it), `--moe-dense-tp-si
 buffers, on one rank), a model reading mRoPE positions (a VLM's decode: `ForwardBatch.mrope_positions`, staged
 through the runner's buffer registry) and the overlap plan stream (`SGLANG_ENABLE_OVERLAP_PLAN_STREAM`, under which
 the NPU runner re-copies a pre-planned batch's mRoPE positions), PD-multiplexing (`--enable-pdmux`: a graph set
-and a decode backend per SM group, `pdmux.py`).
+and a decode backend per SM group, `pdmux.py`), DeepSeek-V4.1's candidate graph variants and its early target
+verify metadata (`SGLANG_OPT_DSV41_TARGET_METADATA_EARLY`, `dsv41.py`).
 `environment()` sets them for one example; `missing()` names what the installed release lacks."""
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ class RunnerSwitches:
     mrope: bool = False  # the model reads mRoPE positions ([3, tokens]); the batches carry them
     overlap_plan_stream: bool = False  # SGLANG_ENABLE_OVERLAP_PLAN_STREAM
     pdmux_groups: int = 0  # --enable-pdmux --sm-group-num N: N stream groups, a decode graph set and backend each
+    # DeepSeek-V4.1's candidate-indexer graph variants (`dsv41.py`): the text config's candidate span in tokens
+    # (0: off), and its target verify metadata staged early beside the draft (SGLANG_OPT_DSV41_TARGET_METADATA_EARLY)
+    dsv41_span: int = 0
+    early_verify: bool = False
 
     def server_flags(self) -> dict[str, Any]:
         """The server arguments these switches set (pdmux with what SGLang's validation requires beside it)."""
@@ -57,7 +62,8 @@ class RunnerSwitches:
                  ("SGLANG_LOG_DECODE_GRAPH_KEY", self.log_graph_key),
                  ("SGLANG_OPT_DSV41_TARGET_VERIFY_METADATA_GLUE", self.dspark_verify_glue),
                  ("SGLANG_OPT_DSV41_DSPARK_SKIP_PREFILLED_INPUTS", self.skip_prefilled),
-                 ("SGLANG_ENABLE_OVERLAP_PLAN_STREAM", self.overlap_plan_stream)]
+                 ("SGLANG_ENABLE_OVERLAP_PLAN_STREAM", self.overlap_plan_stream),
+                 ("SGLANG_OPT_DSV41_TARGET_METADATA_EARLY", self.early_verify)]
         return {name: "1" for name, on in names if on}
 
     def missing(self, runner_module: str) -> str | None:
@@ -81,6 +87,12 @@ class RunnerSwitches:
         for name in self.environment_variables():
             if not hasattr(envs, name):
                 return f"SGLang {sglang_version()} has no environment switch {name} (sglang.srt.environ.envs)"
+        if self.dsv41_span:
+            from harness.targets.decode.dsv41 import missing as dsv41_missing
+
+            reason = dsv41_missing()
+            if reason:
+                return reason
         if self.dp_gather:  # the scheduler's MLP-sync verdict the batch carries (0.5.14 has none)
             from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
@@ -104,21 +116,30 @@ class RunnerSwitches:
         fresh and removed after) when profiling, else None. Variables the switches leave off are unset."""
         off = {name: None for name in RunnerSwitches(profile="per_shape", metadata_glue=True, skip_glued_view=True,
                                                      log_graph_key=True, dspark_verify_glue=True,
-                                                     skip_prefilled=True, overlap_plan_stream=True
-                                                     ).environment_variables()}
+                                                     skip_prefilled=True, overlap_plan_stream=True,
+                                                     early_verify=True).environment_variables()}
         values = {**off, **self.environment_variables(), "SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE": None}
         folder = tempfile.mkdtemp(prefix="harness-profile-") if self.profile else None
         if folder:
             values["SGLANG_TORCH_PROFILER_DIR"] = folder
         try:
             with mock.patch.dict(os.environ, {k: v for k, v in values.items() if v is not None}), \
-                    self._stream_groups():
+                    self._stream_groups(), self._device_capability():
                 for name in [k for k, v in values.items() if v is None]:
                     os.environ.pop(name, None)
                 yield folder
         finally:
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
+
+    def _device_capability(self) -> contextlib.AbstractContextManager:
+        """With DeepSeek-V4.1's variants, the device facts SGLang asks before it builds them, answered as a Blackwell
+        GPU would (`dsv41.on_blackwell`)."""
+        if not self.dsv41_span:
+            return contextlib.nullcontext()
+        from harness.targets.decode.dsv41 import on_blackwell
+
+        return on_blackwell()
 
     def _stream_groups(self) -> contextlib.AbstractContextManager:
         """Under pdmux, SGLang's stream groups (`pdmux.groups`), made before the runner reads them."""
