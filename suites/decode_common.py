@@ -86,8 +86,7 @@ def capture_and_check(case, batches_for, device, personality, layout, ex, kinds=
         check_replays_match_eager(target, batches, exact=case.compile_backend == "eager",
                                   count_replays=device.counts_graphs, replay=replay, serve_graphs=serve_graphs)
         if kinds is not None:
-            ex.note("kinds_taken", replays.taken)
-            target.kinds_taken = replays.taken
+            ex.note("kinds_taken", replays.taken)  # also target.kinds_taken (`PlannedReplays`)
         watcher.check("a replay compiled a frame")
     ex.note("capture_context", capture_context.check(answers, capture_mode_promised=True,
                                                      what=f"decode runner ({personality})"))

@@ -178,7 +178,7 @@ def run_early(case, batches_for, kinds, device, personality, layout, ex) -> None
     graphs = GlueGraphs(key=lambda batch: expected_candidate_variant(batch, width, span))
 
     def checked(target, replay):
-        return watch_early_verify(span, width, target.capture_bs)(target, replay)
+        return watch_early_verify(span, width, target.capture_bs, graphs)(target, replay)
 
     run_switched(case, lambda sizes: batches_for(graphs.routing(sizes)), device, personality, layout, ex,
                  lambda target, *_: note_early(ex, target), checked=checked, serve_graphs=graphs, kinds=kinds)

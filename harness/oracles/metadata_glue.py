@@ -96,17 +96,16 @@ def expected_candidate_variant(batch, width: int, span: int) -> str:
     return DSV41_CANDIDATE_UNFILTERED if fits else DSV41_CANDIDATE_FILTERED
 
 
-def watch_early_verify(span: int, width: int, capture_bs):
+def watch_early_verify(span: int, width: int, capture_bs, graphs: GlueGraphs):
     """`capture_and_check`'s `checked` for DeepSeek-V4.1's variants under early verify metadata: after each replay,
     the graph it replayed has the variant its batch implies (`expected_candidate_variant`), and the runner's
     staging counts moved as the replay's kind implies. An early stage must be accepted exactly when the batch is a
     captured size (unpadded) on the unfiltered variant whose glue graph is captured (SGLang's contract:
-    `stage_verify_metadata_early`; a key's glue is captured by its third unpadded prep, the module docstring),
-    and the verify must then take it (same key, same tensors); no replay rejects a stage. Each failure names the
-    replay, its batch and the relation broken."""
+    `stage_verify_metadata_early`; a key's glue is captured by its third unpadded prep, the module docstring,
+    counted by `graphs`, keyed by `expected_candidate_variant`, after each replay is checked here), and the verify
+    must then take it (same key, same tensors); no replay rejects a stage. Each failure names the replay, its batch
+    and the relation broken."""
     from sglang.srt.layers.attention.graph_variants import DSV41_EARLY_VERIFY_VARIANTS
-
-    preps = collections.Counter()  # unpadded replays so far, by (size, variant): the glue's key
 
     def checked(target, replay):
         def run(batch, step):
@@ -126,11 +125,8 @@ def watch_early_verify(span: int, width: int, capture_bs):
             if replayed != variant:
                 raise OracleFailure(ORACLE, f"{where}: replayed the {replayed!r} graph, the batch implies {variant!r}",
                                     expected_variant=variant, replayed_variant=replayed)
-            key = (batch.batch_size, variant)
             staged = target.kinds_taken[-1] == "early" and batch.batch_size in capture_bs and \
-                variant in DSV41_EARLY_VERIFY_VARIANTS and preps[key] >= 3
-            if batch.batch_size in capture_bs:
-                preps[key] += 1
+                variant in DSV41_EARLY_VERIFY_VARIANTS and graphs.preps[(batch.batch_size, variant)] >= 3
             if target.early_staged[-1] is not None and target.early_staged[-1] != staged:
                 raise OracleFailure(ORACLE, f"{where}: stage_verify_metadata_early answered "
                                     f"{target.early_staged[-1]}, the batch implies {staged}",
