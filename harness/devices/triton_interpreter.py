@@ -210,12 +210,30 @@ def _wrapper_constants(kernel: Any) -> dict:
     return {}
 
 
+def _skip_dropped_overflow_checks(patches: pytest.MonkeyPatch) -> None:
+    """Triton's interpreter options with `sanitize_overflow` off unless `debug` is on.
+
+    With `sanitize_overflow` on, every integer add, sub and mul of a kernel is redone in int64 and compared with
+    the type's bounds, only to feed a `device_assert` that Triton drops when `debug` is off (`semantic.device_assert`
+    returns first), as a compiled kernel drops it on a GPU. That dead check was a fifth of a real-model example's
+    time (`bench/bench_real_models.py`); nothing it computes is ever seen."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    options = interpreter.interpreter_builder.options
+    if options.sanitize_overflow and not options.debug:
+        patches.setattr(interpreter.interpreter_builder, "options",
+                        dataclasses.replace(options, sanitize_overflow=False))
+
+
 @contextlib.contextmanager
 def interpret_kernels(modules: Iterable[types.ModuleType]) -> Iterator[list[str]]:
     """Within the block, every Triton kernel the `modules` hold by name is an `InterpretedKernel`; yields the names
     swapped."""
     swapped = []
     with pytest.MonkeyPatch.context() as patches:
+        _skip_dropped_overflow_checks(patches)
         for module in modules:
             for name, value in list(vars(module).items()):
                 if isinstance(value, InterpretedKernel) or _jit_function(value) is None:
