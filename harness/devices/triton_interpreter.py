@@ -75,8 +75,10 @@ def _helper_class() -> type:
     return InterpretedHelper
 
 
+@functools.cache  # keyed by the Python function (plain identity)
 def _helper(fn: Any) -> Any:
-    """`fn` (a `@triton.jit` helper's Python function) as Triton's `InterpretedFunction`, called inside a launch.
+    """`fn` (a `@triton.jit` helper's Python function) as Triton's `InterpretedFunction`, called inside a launch;
+    one per function (built at every launch, its `inspect.signature` was 3 s of the real-model gate examples).
 
     Triton's interpreter re-patches all of `triton.language` at every device-function call (a scan of its members,
     about 3.5 ms, a third of a real model's interpreted time) and never restores that scope. The launch's own patch
@@ -227,6 +229,19 @@ def _skip_dropped_overflow_checks(patches: pytest.MonkeyPatch) -> None:
                         dataclasses.replace(options, sanitize_overflow=False))
 
 
+_INTERPRETED: dict[int, InterpretedKernel] = {}  # id(kernel) -> its InterpretedKernel (which holds the kernel)
+
+
+def _interpreted(kernel: Any) -> InterpretedKernel:
+    """One `InterpretedKernel` per kernel object, kept across `interpret_kernels` blocks: each block swaps every
+    kernel of its modules (hundreds), and building them anew was 2.5 s of the real-model gate examples. Keyed by
+    identity: a `JITFunction`'s own hash is its cache key, computed from its globals (and failing on some)."""
+    kept = _INTERPRETED.get(id(kernel))
+    if kept is None or kept.original is not kernel:
+        kept = _INTERPRETED[id(kernel)] = InterpretedKernel(kernel)
+    return kept
+
+
 @contextlib.contextmanager
 def interpret_kernels(modules: Iterable[types.ModuleType]) -> Iterator[list[str]]:
     """Within the block, every Triton kernel the `modules` hold by name is an `InterpretedKernel`; yields the names
@@ -239,7 +254,7 @@ def interpret_kernels(modules: Iterable[types.ModuleType]) -> Iterator[list[str]
                 if isinstance(value, InterpretedKernel) or _jit_function(value) is None:
                     continue
                 try:
-                    patches.setattr(module, name, InterpretedKernel(value))
+                    patches.setattr(module, name, _interpreted(value))
                 except TypeError:
                     continue  # a heuristics wrapper: left as it is (it raises if SGLang launches it)
                 swapped.append(f"{module.__name__}.{name}")
