@@ -64,6 +64,26 @@ def test_every_operator_fires_and_none_touches_docstrings_logging_or_annotations
     assert [m.mutated for m in found if m.operator == "swap-call-args"] == ["return (pow(b, a))"]
 
 
+LOGGING_IF = '''
+def capture(flags, sizes):
+    if flags.gathered and flags.width > 1:
+        logger.info("gathered %s", sizes)
+    else:
+        logger.debug("local")
+    if flags.check(sizes):
+        logger.info("checked")
+    return sizes
+'''
+
+
+def test_an_if_that_only_logs_is_never_mutated():
+    """Its removal, or a flip of its test, changes only what is logged (equivalent mutants); an `if` whose test
+    calls something may act through that call, and is mutated as usual."""
+    found = _mutants(LOGGING_IF)
+    assert {m.line for m in found} == {7, 9}, [(m.line, m.operator, m.mutated) for m in found]
+    assert any(m.operator == "remove-statement" and m.line == 7 for m in found)
+
+
 @pytest.mark.slow
 def test_the_draw_is_the_same_for_a_seed_and_ids_are_stable():
     found = targets.targeted_functions(Path(require_sglang()))

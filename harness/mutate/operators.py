@@ -4,7 +4,8 @@ swapped, a statement removed, a returned value dropped, two adjacent call argume
 swapped), written back into the file's own text so everything else stays byte for byte the same.
 
 Never mutated: docstrings and other string constants, logging calls (`logger.*`, `logging.*`, `warnings.warn`,
-`print`: changing what is logged is not a bug a graph oracle should see) and annotations.
+`print`: changing what is logged is not a bug a graph oracle should see), an `if` that only logs (its test and its
+branches) and annotations.
 """
 from __future__ import annotations
 
@@ -79,6 +80,19 @@ def is_logging(node: ast.AST) -> bool:
     return name in LOGGING_CALLS or name.split(".")[0] in LOGGING_ROOTS
 
 
+def only_logs(statement: ast.stmt) -> bool:
+    """A logging call, or an `if` whose test calls nothing and whose branches only log: removing it, or negating or
+    flipping its test, changes what is logged and nothing else (a seed-7717 draw spent a run on the prefill
+    runner's `if dp_flags.prefill_graph_has_dp_gather: logger.info(...)`)."""
+    if isinstance(statement, ast.Expr):
+        return is_logging(statement.value)
+    if not isinstance(statement, ast.If):
+        return False
+    if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await)) for n in ast.walk(statement.test)):
+        return False
+    return all(only_logs(s) for s in (*statement.body, *statement.orelse))
+
+
 def _is_docstring(statement: ast.stmt) -> bool:
     return (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
             and isinstance(statement.value.value, str))
@@ -149,7 +163,8 @@ def function_mutants(relative: str, text: str, function: str, node: ast.AST) -> 
                       (target.end_lineno, target.end_col_offset), replacement, _joined(before), _joined(after), base)
 
     def visit(current: ast.AST, line: int) -> Iterator[Mutant]:
-        if isinstance(current, ast.JoinedStr) or is_logging(current):
+        if isinstance(current, ast.JoinedStr) or is_logging(current) or (
+                isinstance(current, ast.If) and only_logs(current)):
             return
         if isinstance(current, ast.stmt):
             line = current.lineno
@@ -178,13 +193,13 @@ def function_mutants(relative: str, text: str, function: str, node: ast.AST) -> 
 
 def _removable(statement: ast.stmt) -> bool:
     """A statement whose removal is a plausible bug: not a definition, docstring, `pass`, a return (dropping its
-    value is its own operator) or a logging call."""
+    value is its own operator) or a statement that only logs."""
     if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass, ast.Return,
                               ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)):
         return False
     if _is_docstring(statement):
         return False
-    return not (isinstance(statement, ast.Expr) and is_logging(statement.value))
+    return not only_logs(statement)
 
 
 def valid(mutant: Mutant, text: str, original_dump: str) -> bool:
