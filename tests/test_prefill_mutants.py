@@ -175,6 +175,16 @@ PATH_MUTANTS = {
                         "                static_forward_batch=static_forward_batch,\n            )\n", "")],
         oracle="eager-equality",
         texts=["not bit-equal to eager"]),
+    # captured attention metadata: the runner ignores the backend's request cap on it
+    # (prefill_cuda_graph_max_batch_size), so a batch of more requests replays and the backend refreshes tables sized
+    # for fewer.
+    "captured_metadata_cap_ignored": Mutant(
+        select=CAPTURED_METADATA,
+        edits=[(RUNNER, "        if (\n            self._captured_attn_metadata_max_bs is not None\n"
+                        "            and batch_size > self._captured_attn_metadata_max_bs\n        ):\n"
+                        "            return False\n", "")],
+        oracle="admission",
+        texts=["3 requests exceed the 2", "prefill_cuda_graph_max_batch_size"]),
     # captured attention metadata: the capture takes the generic eager init, so no bucket's metadata is stashed
     # for the replay to refresh.
     "captured_metadata_not_stashed": Mutant(

@@ -42,7 +42,7 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> str | None:
     context beyond the limit; a full backend with 4 request slots and 5 requests -> too many requests; breakable
     with MHA companion layers (virtual device) and any request with a cached prefix -> the companion's prefix path;
     an attention backend admitting extends of at most 6 tokens and a request of 7 new tokens -> the backend's own
-    refusal.
+    refusal; captured attention metadata of at most 2 requests and 3 requests -> that metadata's cap.
     """
     largest = max(case.capture_tokens)
     if batch.num_tokens > largest:
@@ -74,6 +74,12 @@ def must_run_eager(case: PrefillCase, batch: Batch) -> str | None:
     if case.backend_max_extend is not None and widest > case.backend_max_extend:
         return (f"a request extends by {widest} tokens and the attention backend admits at most "
                 f"{case.backend_max_extend} (its own can_run_prefill_cuda_graph)")
+    from harness.targets.prefill.v0_5_14 import captured_metadata_cap
+
+    cap = captured_metadata_cap(case)
+    if cap is not None and len(batch.requests) > cap:
+        return (f"its {len(batch.requests)} requests exceed the {cap} a replay of the attention backend's captured "
+                "metadata carries (prefill_cuda_graph_max_batch_size)")
     if case.lora and len(batch.requests) > LORA_GRAPH_MAX_REQUESTS:
         return (f"its {len(batch.requests)} requests exceed the LoRA backend's {LORA_GRAPH_MAX_REQUESTS} static "
                 "prefill batch-info rows (can_use_prefill_cuda_graph)")

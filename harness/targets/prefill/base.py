@@ -88,6 +88,9 @@ class PrefillCase:
     # breakable only: the attention backend opts into SGLang's captured-metadata contract (per-bucket metadata
     # built at capture, refreshed in place at replay)
     captured_attn_metadata: bool = False
+    # with it: the most requests one replay of a bucket's captured metadata can carry (the backend's
+    # `prefill_cuda_graph_max_batch_size`, as hybrid linear attention sizes its static tables); None: no bound
+    captured_metadata_max_requests: int | None = None
     pooled: bool = False  # an embedding model: SGLang's EmbeddingPoolerOutput in place of logits
     wrapped: bool = False  # the causal LM behind a VLM-style `language_model` wrapper (no `model` of its own)
     # breakable, virtual device only: the attention layers have MHA companions (an MLA model's), whose prefix path
@@ -159,6 +162,7 @@ class HarnessAttention:
     supports_prefill_cuda_graph_max_context_size = False
     supports_full_cuda_graph_chunked_prefix = True
     use_captured_forward_metadata_for_breakable_cuda_graph = False
+    prefill_cuda_graph_max_batch_size = None  # with the contract above: requests one captured replay carries
     skips_prefill_metadata_on_idle_dp_rank = False
 
     def __init__(self, kv: KvCache):
@@ -194,6 +198,10 @@ class HarnessAttention:
 
     def prepare_forward_metadata_for_breakable_cuda_graph_replay(self, metadata, forward_batch,
                                                                 static_forward_batch=None) -> None:
+        cap = self.prefill_cuda_graph_max_batch_size
+        if cap is not None and forward_batch.batch_size > cap:  # a real backend's static tables overflow here
+            raise RuntimeError(f"captured prefill metadata holds {cap} request(s) (prefill_cuda_graph_max_batch_size)"
+                               f"; the replay refreshes it with {forward_batch.batch_size}")
         self._write_tables(forward_batch, metadata)
 
     def _tables_for(self, num_tokens: int) -> SimpleNamespace:

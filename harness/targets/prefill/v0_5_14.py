@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import inspect
 from types import SimpleNamespace
 from typing import Any
@@ -43,6 +44,7 @@ COMPILE_PHASE_MODULE = "sglang.srt.compilation.compile_phase"
 CONFIG_MODULE = "sglang.srt.model_executor.cuda_graph_config"
 MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
+
 REQUIRED = (RUNNER_MODULE, TC_BACKEND_MODULE, "sglang.srt.compilation.compile", "sglang.srt.compilation.backend",
             "sglang.srt.compilation.cuda_piecewise_backend", COMPILE_PHASE_MODULE, CONFIG_MODULE, MODEL_RUNNER_MODULE)
 # feature -> (the runner class, or None for its module; the name the feature needs there). MIXED_CHUNK_CHECK and
@@ -59,6 +61,18 @@ FEATURE_NAMES = {CONTEXT_LIMITS: ("PrefillCudaGraphRunner", "_validate_max_conte
 NOTE = ("SGLang 0.5.23 config rejects tc_piecewise ('tc_piecewise was removed'): the harness sets "
         "PhaseConfig.backend='tc_piecewise' directly and constructs TcPiecewiseCudaGraphBackend "
         "for the runner in place of resolve_prefill_backend")
+
+
+def captured_metadata_cap(case: PrefillCase) -> int | None:
+    """The request cap of a bucket's captured attention metadata the runner must honour (None: none): the case's
+    `captured_metadata_max_requests` on breakable with the captured-metadata contract, where the release's runner
+    reads the backend's `prefill_cuda_graph_max_batch_size` (its `_captured_attn_metadata_max_bs`, 0.5.23)."""
+    if case.backend != "breakable" or not case.captured_attn_metadata or case.captured_metadata_max_requests is None:
+        return None
+    if not module_exists(RUNNER_MODULE):
+        return None
+    runner = getattr(importlib.import_module(RUNNER_MODULE), "PrefillCudaGraphRunner", None)
+    return case.captured_metadata_max_requests if hasattr(runner, "_captured_attn_metadata_max_bs") else None
 
 
 def extend_limit(limit: int):
@@ -277,6 +291,7 @@ class Target(PrefillTarget):
             self.attn_backend.can_run_prefill_cuda_graph = extend_limit(case.backend_max_extend)
         self.attn_backend.supports_prefill_cuda_graph_max_context_size = case.fixed_context_metadata
         self.attn_backend.use_captured_forward_metadata_for_breakable_cuda_graph = case.captured_attn_metadata
+        self.attn_backend.prefill_cuda_graph_max_batch_size = captured_metadata_cap(case)
         self.model_runner = make_model_runner(self.model, self.attn_backend, self.kv, self.server_args, case)
         if case.lora:  # a LoRA server: SGLang's manager (a double) and the body reading its batch info
             self.model_runner.lora_manager = self.model.model.lora_manager = PrefillLoRAManagerDouble(device)
