@@ -363,7 +363,7 @@ def test_attention_backend_refusal_honoured(backend, data):
 
 def test_context_limit_ignored_by_tc_piecewise():
     """tc_piecewise drops max_context_size (SGLang warns: its metadata has no fixed extent), so a batch longer
-    than it still replays the graphs."""
+    than it still replays the graphs (the session's admission oracle: a servable batch that ran eager fails)."""
     layout = _layout()
     if layout.feature_gap(prefill.CONTEXT_LIMITS):
         pytest.skip(layout.feature_gap(prefill.CONTEXT_LIMITS))
@@ -372,11 +372,7 @@ def test_context_limit_ignored_by_tc_piecewise():
                   _mode("EXTEND"))
     with example("prefill_pcg", capture_tokens=GRID, backend=case.backend, max_context_size=8,
                  **draw.describe(batch)) as ex:
-        outcome = run_example(ex, PrefillSession.get(case), batch)
-        if outcome.path != "graph":
-            raise OracleFailure("admission", "a 24-token context on tc_piecewise with max_context_size=8 ran "
-                                f"{outcome.path}: tc_piecewise ignores the limit, so its graphs must serve it",
-                                max_context_size=8, context=24)
+        run_example(ex, PrefillSession.get(case), batch)
 
 
 @pytest.mark.parametrize("case", [

@@ -320,13 +320,22 @@ PATH_MUTANTS = {
                 "                None\n")],
         oracle="admission",
         texts=["longest context", "context limit (24"]),
+    # admission too strict (a silent fallback to eager): with only the attention backend's max_seq_len set, the
+    # batch's context is never measured, so can_replay_locally refuses every batch, servable ones included
+    # (mutate's seed-8821 survivor).
+    "context_unmeasured_without_max_context_size": Mutant(
+        select=CONTEXT_LIMITS + " and breakable-cap",
+        edits=[(RUNNER, "            if self.max_context_size is not None or self.max_seq_len is not None\n",
+                "            if self.max_context_size is not None or self.max_seq_len is None\n")],
+        oracle="admission",
+        texts=["ran eager, but the graphs serve it", "can_run_graph sent a servable batch to eager"]),
     # context limits: tc_piecewise keeps a limit it cannot honour, so longer contexts stop replaying.
     "tc_piecewise_keeps_context_limit": Mutant(
         select="test_context_limit_ignored_by_tc_piecewise",
         edits=[(RUNNER, '            self._ignore_max_context_size("tc_piecewise prefill CUDA graph")',
                 "            pass")],
         oracle="admission",
-        texts=["ran eager", "ignores the limit"]),
+        texts=["ran eager, but the graphs serve it", "longest context 24"]),
     # construction: a limit wider than req_to_token is accepted.
     "context_capacity_unchecked": Mutant(
         select="test_refused_at_construction and beyond",

@@ -233,10 +233,16 @@ class PrefillSession:
         context = (f"forward_mode={mode}, global_forward_mode="
                    f"{getattr(batch.global_forward_mode, 'name', None)}, tokens={batch.num_tokens}")
         self._check_watchers(batch)
-        refused = must_run_eager(self.case, batch) if graph_path else None
-        if refused:
+        refused = must_run_eager(self.case, batch) if graph_path or mode in GRAPH_MODES else None
+        if graph_path and refused:
             raise OracleFailure(ADMISSION, f"the {mode} batch replayed the prefill graphs, but {refused}: "
                                 "can_run_graph must send it to eager", **self._batch_details(batch))
+        if not graph_path and mode in GRAPH_MODES and batch.requests and refused is None:
+            longest = max(r.prefix + len(r.tokens) for r in batch.requests)
+            raise OracleFailure(ADMISSION, f"the {mode} batch ran eager, but the graphs serve it ({batch.num_tokens} "
+                                f"tokens within the capture {list(self.case.capture_tokens)}, longest context "
+                                f"{longest}, no reason of the case's or the batch's to refuse it): can_run_graph "
+                                "sent a servable batch to eager", **self._batch_details(batch))
         if graph_path:
             check_graph_forward(delta, self.graphs_per_forward, context=context)
             variants = prefix_variants(self.case) if self.case.prefix_chunk_tokens is not None else ()
