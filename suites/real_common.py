@@ -15,6 +15,7 @@ from harness.oracles import OracleFailure, execution_context
 from harness.targets.decode.base import DecodeCase, SpecSettings
 
 MAX_REQUESTS = 8  # pool rows 1..8 (row 0: SGLang's padding row)
+TOP_K_ALL = 1 << 30  # SGLang's top_k for "no top-k" (sampling_params.TOP_K_ALL)
 MAX_SEQ_LEN = 24
 
 # The gate runs the explicit example only (its first generated one would be the minimal case: one size, one
@@ -58,9 +59,14 @@ def draft_examples(draw):
     budget = range(2, min(scored, 6) + 2)
     drafts = steps + 1 if topk == 1 else draw(narrow("speculative_num_draft_tokens", st.sampled_from(budget),
                                                      domain=budget), label="draft tokens")
+    # speculative_use_rejection_sampling (--speculative-use-rejection-sampling): SGLang allows it at top-k 1 only
+    sampling = topk == 1 and draw(st.booleans(), label="rejection sampling")
     case = dataclasses.replace(draw(real_cases()), spec=SpecSettings(num_steps=steps, topk=topk,
-                                                                     num_draft_tokens=drafts, algorithm="EAGLE"))
-    tile = draw(st.sampled_from([None, 16, 64]), label="split tile")  # --enable-deterministic-inference's
+                                                                     num_draft_tokens=drafts, algorithm="EAGLE",
+                                                                     rejection_sampling=sampling))
+    # --enable-deterministic-inference's split tile; not beside rejection sampling, whose seeded proposal SGLang
+    # refuses off CUDA (a hash kernel of sgl_kernel's)
+    tile = None if sampling else draw(st.sampled_from([None, 16, 64]), label="split tile")
     vocab = FAMILIES["dense"].config["vocab_size"]
     probability = st.floats(0.01, 1.0, allow_nan=False)
     groups = []
@@ -74,7 +80,7 @@ def draft_examples(draw):
                             for _ in range(size)],
                 topk_p=[sorted(draw(st.lists(probability, min_size=topk, max_size=topk)), reverse=True)
                         for _ in range(size)],
-                seed=draw(st.integers(0, 2 ** 16))))
+                seed=draw(st.integers(0, 2 ** 16)), **(draw(sampling_params(size)) if sampling else {})))
         for _ in range(2):  # then the draft extend after a verify: the window of each request, how much it kept
             group.append(DraftExtendBatch(
                 prefixes=draw(st.lists(st.integers(1, MAX_SEQ_LEN - drafts), min_size=size, max_size=size)),
@@ -86,6 +92,17 @@ def draft_examples(draw):
                 seed=draw(st.integers(0, 2 ** 16))))
         groups.append(group)
     return case, groups, tile
+
+
+@st.composite
+def sampling_params(draw, size: int) -> dict:
+    """The requests' top_ks and temperatures under rejection sampling: greedy ones (top_k 1, temperatures 1.0, as
+    SamplingParams rewrites a zero), a top-k or all tokens at drawn temperatures; all greedy at times (the greedy
+    graph)."""
+    greedy = draw(st.booleans(), label="all greedy")
+    top_ks = [1] * size if greedy else draw(st.lists(st.sampled_from([1, 4, TOP_K_ALL]), min_size=size, max_size=size))
+    temperatures = [1.0 if k == 1 else draw(st.sampled_from([0.5, 1.0, 1.5])) for k in top_ks]
+    return {"top_ks": top_ks, "temperatures": temperatures}
 
 
 def draft_batch(**fields):
@@ -110,6 +127,21 @@ PADDED_DRAFT = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS,
                                tokens=[[21, 22, 23, 24, 25], [26, 27, 28, 29, 30]])]], None)
 # the same under --enable-deterministic-inference, split tile 16: each branch's KV splits ceil(seq_len / 16)
 DETERMINISTIC_DRAFT = (*PADDED_DRAFT[:2], 16)
+# under --speculative-use-rejection-sampling (top-k 1, three steps), capture 1 and 3: three greedy requests (the
+# greedy graph of size 3), two of which one samples (the sampling graph, padded to 3: the first step's proposal
+# held), three that sample at top-k 4 and all tokens (the sampling graph, at its size: the whole tree held, both
+# runs drawing from one seeded stream); then the draft extends of a 4-token window
+REJECTION_SAMPLING_DRAFT = (
+    DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS,
+               spec=SpecSettings(num_steps=3, topk=1, num_draft_tokens=4, algorithm="EAGLE", rejection_sampling=True)),
+    [[draft_batch(seq_lens=[5, 14, 2], pool_rows=[3, 1, 7], topk_index=[[4], [1], [5]], topk_p=[[0.6], [0.5], [0.9]],
+                  seed=3, top_ks=[1, 1, 1], temperatures=[1.0, 1.0, 1.0]),
+      draft_batch(seq_lens=[9, 6], pool_rows=[7, 2], topk_index=[[8], [10]], topk_p=[[0.7], [0.4]], seed=4,
+                  top_ks=[1, TOP_K_ALL], temperatures=[1.0, 0.5]),
+      draft_batch(seq_lens=[4, 7, 11], pool_rows=[1, 2, 3], topk_index=[[8], [10], [3]],
+                  topk_p=[[0.7], [0.4], [0.5]], seed=9, top_ks=[4, TOP_K_ALL, 1], temperatures=[1.5, 1.0, 1.0]),
+      draft_batch(prefixes=[5, 14, 2], pool_rows=[3, 1, 7], accepted=[2, 4, 1], seed=5,
+                  tokens=[[1, 2, 3, 4], [6, 7, 8, 9], [11, 12, 13, 14]])]], None)
 
 
 def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
@@ -124,11 +156,13 @@ def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
         target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
     grad.check(target.model)
     captured = counter.since(mark)["num_graphs_captured"]
-    expected = 2 * len(target.capture_bs)  # a draft decode and a draft extend graph a size (no rejection-sampling
-    if captured != expected:               # variant is drawn)
+    # a draft decode and a draft extend graph a size; under rejection sampling two draft decodes (greedy, sampling)
+    decodes = 2 if case.spec.rejection_sampling else 1
+    expected = (decodes + 1) * len(target.capture_bs)
+    if captured != expected:
         raise OracleFailure("graph-replay", f"the draft worker's runners captured {captured} graph(s) for sizes "
-                            f"{target.capture_bs}; a draft decode and a draft extend graph a size is {expected}",
-                            captured=captured, capture_bs=target.capture_bs)
+                            f"{target.capture_bs}; {decodes} draft decode and a draft extend graph a size is "
+                            f"{expected}", captured=captured, capture_bs=target.capture_bs)
     ex.note("capture_bs", target.capture_bs)
     ex.note("capture_seconds", round(target.capture_seconds, 3))
     ex.note("replayed", [(mode, group[0].batch_size) for group in groups for mode in ("DRAFT_DECODE",

@@ -32,8 +32,8 @@ from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_eager, check_replays
 from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 from suites.real_common import DETERMINISTIC_DRAFT, GATE_EXPLICIT_ONLY, MAX_REQUESTS, MAX_SEQ_LEN, PADDED_DRAFT, \
-    beyond_gate, draft_batch, draft_examples, draft_to_drawn, gate_families, program_from_drawn, program_to_drawn, \
-    real_cases, run_draft, run_served_program
+    REJECTION_SAMPLING_DRAFT, beyond_gate, draft_batch, draft_examples, draft_to_drawn, gate_families, \
+    program_from_drawn, program_to_drawn, real_cases, run_draft, run_served_program
 
 
 
@@ -296,10 +296,12 @@ def test_real_model_target_verify_matches_eager(family, drawn, device):
 
 # -- the EAGLE draft worker's multi-step decode graphs -------------------------------------------------------------
 @suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
-# the gate replays the padded draft; its deterministic twin (the draft backend's split tile) runs beyond it, where
-# the deterministic target replays and the draft's drawn examples reach the tile
+# the gate replays the rejection-sampling draft; the padded top-k 2 tree runs beyond it (the NPU suite's gate
+# example drives that tree through the same worker), and so does its deterministic twin (the draft backend's split
+# tile), where the deterministic target replays and the draft's drawn examples reach the tile
 @beyond_gate(drawn=DETERMINISTIC_DRAFT)
-@hypothesis_example(drawn=PADDED_DRAFT)
+@beyond_gate(drawn=PADDED_DRAFT)
+@hypothesis_example(drawn=REJECTION_SAMPLING_DRAFT)
 @given(drawn=draft_examples())
 def test_eagle_draft_replays_match_eager(drawn, device):
     """The EAGLE draft worker's graphs (`harness/targets/decode/eagle_draft.py`): SGLang's

@@ -32,6 +32,11 @@ worker, its multi-step backend or its runner: only this target can see them.
 - npu_update_worker_on_device_0 (NPU personality, the runner on NPU 1): `NPUCudaGraphBackend.__init__` no longer
   binds its graph-update worker thread to the runner's device (`initializer=None`): each update is made from NPU 0;
   `npu-graph-update` names the graph's NPU and the worker's.
+- greedy_variant_never_picked (rejection sampling): `EAGLEDraftCudaGraphRunner._sampling_variant` never names the
+  greedy variant, so an all-greedy batch replays the sampling graph: `graph-key` names the variant it must replay.
+- greedy_variant_captured_sampling (rejection sampling): `capture_one_shape` captures the greedy variant with the
+  batch's sampling on, so the greedy graph draws a proposal distribution eager never builds: `eager-equality` names
+  `draft_probs`.
 - eager_draft_rails_one_step_short: `TritonMultiStepDraftBackend.common_template` slices each step's
   `kv_indices` for one step fewer (`draft_kv_indices_used_len(..., i)`), which only the eager path reads (the graph
   reads its static buffer whole): `draft-rails` names the eager backend's indices of the branch cut short.
@@ -227,3 +232,42 @@ def test_npu_update_worker_on_device_0_fails_naming_both_devices(npu_device, mon
     assert failure.value.oracle == "npu-graph-update"
     assert "draft replay 0, draft decode replay of 3 request(s): the graph of size 3 was captured on NPU 1 and " \
            "updated from a thread on NPU 0" in failure.value.diagnosis
+
+
+# -- rejection sampling (top-k 1): a greedy and a sampling draft graph a size ---------------------------------------
+def run_rejection_sampling_case() -> None:
+    from suites.real_common import REJECTION_SAMPLING_DRAFT
+
+    case, groups, _ = REJECTION_SAMPLING_DRAFT
+    target = EagleDraftTarget(case)
+    for index, batch in enumerate(groups[0]):
+        check = check_extend_replay if isinstance(batch, DraftExtendBatch) else check_draft_replay
+        check(target, batch, f"draft replay {index}")
+
+
+def test_clean_sglang_passes_the_rejection_sampling_draft_check(device):
+    run_rejection_sampling_case()
+
+
+def test_greedy_variant_never_picked_fails_naming_the_graph(device, monkeypatch):
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftCudaGraphRunner, "_sampling_variant", "return _GREEDY_VARIANT\n",
+           "return None\n")
+    with pytest.raises(OracleFailure) as failure:
+        run_rejection_sampling_case()
+    assert failure.value.oracle == "graph-key"
+    assert "draft replay 0" in failure.value.diagnosis
+    assert "must replay the graph of size 3 variant 'greedy'" in failure.value.diagnosis
+
+
+def test_greedy_variant_captured_sampling_fails_naming_the_output(device, monkeypatch):
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftCudaGraphRunner, "capture_one_shape",
+           "sampling_info.is_all_greedy = variant == _GREEDY_VARIANT", "sampling_info.is_all_greedy = False")
+    with pytest.raises(OracleFailure) as failure:
+        run_rejection_sampling_case()
+    assert failure.value.oracle == "eager-equality"
+    assert "draft replay 0" in failure.value.diagnosis
+    assert "draft_probs" in failure.value.diagnosis

@@ -3,7 +3,8 @@
 
     size    = the smallest captured size >= the batch's requests
     variant = under `record_nolora_graph`: "lora" when a request names an adapter, "nolora" when none does (every
-              id None, or no ids at all); otherwise None (one graph a size)
+              id None, or no ids at all); an EAGLE draft batch under rejection sampling: "greedy" when every request
+              is greedy, else None; otherwise None (one graph a size)
 
 e.g. capture sizes [1, 3] with `record_nolora_graph`, a batch of two requests on no adapter: the graph of size 3,
 variant "nolora". A wrong pick often replays equal to eager (a LoRA graph serves base-model requests at rank 0, a
@@ -27,6 +28,12 @@ def expected_variant(lora_ids, record_nolora_graph: bool) -> str | None:
     if not record_nolora_graph:
         return None
     return "lora" if lora_ids is not None and any(uid is not None for uid in lora_ids) else "nolora"
+
+
+def expected_sampling_variant(top_ks, rejection_sampling: bool) -> str | None:
+    """The sampling variant an EAGLE draft batch replays: under rejection sampling "greedy" when every request is
+    greedy (top_k 1), which skips the proposal distribution, else None (the sampling graph); None without it."""
+    return "greedy" if rejection_sampling and top_ks is not None and all(k <= 1 for k in top_ks) else None
 
 
 def check_replayed_key(before: dict, after: dict, *, requests: int, capture_bs, variant: str | None,

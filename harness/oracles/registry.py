@@ -88,9 +88,10 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "harness/oracles/graph_replay.py",
            ("test_decode_mutants.py", "test_prefill_mutants.py", "test_decode_glue_mutants.py",
             "test_vit_mutants.py")),
-    Oracle("graph-key", "a replay replays exactly the graph keyed by the batch's padded size and the LoRA variant its "
-           "requests imply (\"nolora\" when none names an adapter)", "harness/oracles/graph_key.py",
-           ("test_real_lora_mutants.py",)),
+    Oracle("graph-key", "a replay replays exactly the graph keyed by the batch's padded size and the variant its "
+           "requests imply (LoRA: \"nolora\" when none names an adapter; an EAGLE draft under rejection sampling: "
+           "\"greedy\" when every request is greedy)", "harness/oracles/graph_key.py",
+           ("test_real_lora_mutants.py", "test_eagle_draft_mutants.py")),
     Oracle("capture-legality", "nothing CUDA refuses during stream capture runs inside a capture on the virtual "
            "device", "harness/oracles/capture_legality.py", ("test_capture_legality.py", "test_legality_mutants.py")),
     Oracle("stream-order", "no access on one stream to a storage last touched on another without a "

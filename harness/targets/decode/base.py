@@ -87,6 +87,9 @@ class SpecSettings:
     topk: int
     num_draft_tokens: int
     algorithm: str = "EAGLE"
+    # --speculative-use-rejection-sampling (EAGLE, top-k 1): the draft runner captures a greedy variant beside the
+    # sampling one and replays the variant each batch's sampling asks for
+    rejection_sampling: bool = False
 
     @property
     def captures_hidden(self) -> bool:

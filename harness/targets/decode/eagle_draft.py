@@ -46,7 +46,7 @@ import torch
 
 from harness.errors import HarnessError, PathMissing
 from harness.models.real import DRAFT_FAMILIES, build_family, missing_family
-from harness.oracles import OracleFailure
+from harness.oracles import OracleFailure, graph_key
 from harness.oracles.npu_graph_update import expected_draft_updates, expected_extend_updates
 from harness.targets.decode.base import DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, kernels
@@ -156,10 +156,18 @@ class DraftBatch:
     topk_index: list[list[int]]
     topk_p: list[list[float]]
     seed: int
+    # under rejection sampling: each request's top_k (1: greedy, as SamplingParams rewrites temperature 0) and
+    # temperature; None: the batch carries no sampling info (the worker reads none without rejection sampling)
+    top_ks: list[int] | None = None
+    temperatures: list[float] | None = None
 
     @property
     def batch_size(self) -> int:
         return len(self.seq_lens)
+
+    @property
+    def all_greedy(self) -> bool:
+        return self.top_ks is not None and all(k <= 1 for k in self.top_ks)
 
 
 @dataclasses.dataclass
@@ -313,7 +321,27 @@ class EagleDraftTarget(RealModelTarget):
             return_logprob=False, spec_algorithm=self.draft_runner.spec_algorithm, spec_info=spec_info,
             capture_hidden_mode=CaptureHiddenMode.LAST)
         fb.req_to_token_pool, fb.token_to_kv_pool = self.pools.req_to_token_pool, self.pools.token_to_kv_pool
+        if self.case.spec.rejection_sampling:
+            self._sampling(fb, batch, generator)
         return fb
+
+    def _sampling(self, fb, batch: DraftBatch, generator) -> None:
+        """The batch's sampling info (`SamplingBatchInfo`, as the scheduler builds it) and, for a batch that samples,
+        the proposal distribution the previous step handed on (`EagleDraftInput.draft_probs`, one row a request)."""
+        from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+        if batch.top_ks is None or batch.temperatures is None:
+            raise HarnessError("a draft batch under rejection sampling needs each request's top_k and temperature")
+        device, bs, vocab = self.device, batch.batch_size, self.draft.model_config.vocab_size
+        greedy = [k <= 1 for k in batch.top_ks]
+        fb.sampling_info = SamplingBatchInfo(
+            temperatures=torch.tensor(batch.temperatures, dtype=torch.float32, device=device).view(-1, 1),
+            top_ps=torch.ones(bs, device=device), top_ks=torch.tensor(batch.top_ks, dtype=torch.int32, device=device),
+            min_ps=torch.zeros(bs, device=device), is_all_greedy=all(greedy), is_any_greedy=any(greedy),
+            need_top_p_sampling=False, need_top_k_sampling=not all(greedy), need_min_p_sampling=False,
+            vocab_size=vocab)
+        if not all(greedy):
+            fb.spec_info.draft_probs = torch.softmax(torch.randn((bs, vocab), generator=generator), dim=-1).to(device)
 
     def replay_draft(self, fb, before_graph=None):
         """SGLang's `execute` on the batch; `before_graph()` runs after the runner's metadata prep, before the graph
@@ -422,13 +450,20 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
     pools = target.pools
     out_cache_loc = target.stage_draft(batch)
     before = pools.snapshot()
-    mark = counter.mark()
+    mark, keys = counter.mark(), graph_key.replay_counts(target.runner)
     fb = target.draft_forward_batch(batch, out_cache_loc)
+    rejection_sampling = target.case.spec.rejection_sampling
+    samples = rejection_sampling and not batch.all_greedy  # the proposal is drawn: the same RNG stream for both
     with _updates_checked(target.runner, lambda padded: expected_draft_updates(
             batch.seq_lens, padded, target.case.spec.num_steps), batch.batch_size, f"{where}, draft decode"):
-        output = target.replay_draft(fb, before_graph=lambda: check_graph_rails(target, batch, where))
+        with _seeded(batch.seed, samples):
+            output = target.replay_draft(fb, before_graph=lambda: check_graph_rails(target, batch, where))
     replayed = [None if t is None else t.clone() for t in output]
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
+    if keys:  # where the runner's backend keeps its graphs by key (`graph_key.replay_counts`)
+        graph_key.check_replayed_key(keys, graph_key.replay_counts(target.runner), requests=batch.batch_size,
+                                     capture_bs=target.capture_bs, where=where,
+                                     variant=graph_key.expected_sampling_variant(batch.top_ks, rejection_sampling))
     if target.split_tile is not None:  # the splits every draft step's decode kernels read, one per branch
         from harness.oracles.batch_invariance import check_split_counts
 
@@ -437,14 +472,38 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
         check_split_counts(splits, [n for n in batch.seq_lens for _ in range(topk)], target.split_tile, where)
     after_replay = pools.snapshot()
     pools.restore(before)
-    eager = target.eager_draft(target.draft_forward_batch(batch, out_cache_loc),
-                               before_forward=lambda backend: check_eager_rails(target, batch, backend, where))
+    with _seeded(batch.seed, samples):
+        eager = target.eager_draft(target.draft_forward_batch(batch, out_cache_loc),
+                                   before_forward=lambda backend: check_eager_rails(target, batch, backend, where))
     after_eager = pools.snapshot()
     names = ("parent_list", "top_scores_index", "draft_tokens", "draft_probs")
     exact = batch.batch_size in target.capture_bs
+    if samples and not exact:
+        # a padded graph draws the proposal for its padded rows too, so after the first draw the replay's random
+        # stream runs ahead of eager's (on a GPU as here): what precedes that draw is held, the distribution handed
+        # in and the first step's, within float tolerance (the padded rows' GEMM sums in another order)
+        first = {"draft_probs": lambda probs: probs[:, :2]}
+        replayed, eager = ({name: first[name](t) for name, t in zip(names, out) if name in first}
+                           for out in (replayed, eager))
+        _check_against_eager(target, replayed, eager, after_replay, after_replay, exact_output=False,
+                             exact_cache=False, what="first draft step's proposal", where=where,
+                             slots=f"draft slots {out_cache_loc}")
+        return
     _check_against_eager(target, dict(zip(names, replayed)), dict(zip(names, eager)), after_replay, after_eager,
                          exact_output=True, exact_cache=exact, what="draft tree",
                          where=where, slots=f"draft slots {out_cache_loc}")
+
+
+@contextlib.contextmanager
+def _seeded(seed: int, samples: bool):
+    """Torch's RNG forked and seeded with `seed` for a draft that samples its proposal (rejection sampling), so the
+    replay (the virtual device runs the captured ops again) and eager draw the same tokens; else nothing."""
+    if not samples:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 @contextlib.contextmanager

@@ -65,6 +65,7 @@ TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.
                   "sglang.srt.mem_cache.allocation",  # up to 0.5.1x the scheduler's req_to_token writes
                   "sglang.kernels.ops.attention.position",  # up to 0.5.1x ForwardBatch.init_new's extend positions
                   "sglang.kernels.ops.speculative.cache_locs",  # an EAGLE draft's per-step KV rails (eagle_draft.py)
+                  "sglang.kernels.ops.speculative.row_argmax",  # its proposal under rejection sampling (fast_sample)
                   "sglang.kernels.ops.memory.memcpy_triton")  # DP attention's gather and scatter (harness.worlds)
 # Under --enable-deterministic-inference SGLang's Triton backend runs a TARGET_VERIFY's attention through its unified
 # extend kernel, which on a sliding-window layer attends another key set than the plain verify, the torch-native

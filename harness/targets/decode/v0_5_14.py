@@ -26,7 +26,8 @@ def speculative_args(case: DecodeCase) -> dict:
         return {}
     return dict(speculative_algorithm=case.spec.algorithm, speculative_draft_model_path="dummy",
                 speculative_num_steps=case.spec.num_steps, speculative_eagle_topk=case.spec.topk,
-                speculative_num_draft_tokens=case.spec.num_draft_tokens)
+                speculative_num_draft_tokens=case.spec.num_draft_tokens,
+                **({"speculative_use_rejection_sampling": True} if case.spec.rejection_sampling else {}))
 
 
 class Target(DecodeTarget):
