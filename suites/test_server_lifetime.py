@@ -138,17 +138,15 @@ MACHINE_SETTINGS = settings(suite_settings(gate_examples=2, shrink_in_gate=False
                                {"stateful_step_count": 12}))
 
 
-@pytest.mark.usefixtures("served_device")
-class TestServerLifetime(type("ServerLifetimeDense", (ServerLifetime,), {"families": ["dense"]}).TestCase):
-    settings = MACHINE_SETTINGS
-
-
-def _family_machine(family: str) -> type:
+def _family_machine(family: str, name: str) -> type:
+    """The test class `name` running machines of `family` alone."""
     machine = type(f"ServerLifetime{family.title()}", (ServerLifetime,), {"families": [family]})
-    test = type(f"TestServerLifetime{family.title()}", (machine.TestCase,), {"settings": MACHINE_SETTINGS})
+    test = type(name, (machine.TestCase,), {"settings": MACHINE_SETTINGS})
     return pytest.mark.usefixtures("served_device")(test)
 
 
+TestServerLifetime = _family_machine("dense", "TestServerLifetime")
 for _family in ServerLifetime.families:
     if _family != "dense":
-        globals()[f"TestServerLifetime{_family.title()}"] = _family_machine(_family)
+        _name = f"TestServerLifetime{_family.title()}"
+        globals()[_name] = _family_machine(_family, _name)

@@ -94,9 +94,10 @@ def npu_device():
             torch.npu.set_device(0)
 
 
-def run_case(split_tile: int | None = None, personality: str = "cuda") -> None:
-    target = EagleDraftTarget(CASE, split_tile=split_tile, personality=personality)
-    for index, batch in enumerate(BATCHES):
+def run_case(split_tile: int | None = None, personality: str = "cuda", case: DecodeCase = CASE,
+             batches: list = BATCHES) -> None:
+    target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
+    for index, batch in enumerate(batches):
         check = check_extend_replay if isinstance(batch, DraftExtendBatch) else check_draft_replay
         check(target, batch, f"draft replay {index}")
 
@@ -239,10 +240,7 @@ def run_rejection_sampling_case() -> None:
     from suites.real_common import REJECTION_SAMPLING_DRAFT
 
     case, groups, _ = REJECTION_SAMPLING_DRAFT
-    target = EagleDraftTarget(case)
-    for index, batch in enumerate(groups[0]):
-        check = check_extend_replay if isinstance(batch, DraftExtendBatch) else check_draft_replay
-        check(target, batch, f"draft replay {index}")
+    run_case(case=case, batches=groups[0])
 
 
 def test_clean_sglang_passes_the_rejection_sampling_draft_check(device):

@@ -30,10 +30,10 @@ def expected_variant(lora_ids, record_nolora_graph: bool) -> str | None:
     return "lora" if lora_ids is not None and any(uid is not None for uid in lora_ids) else "nolora"
 
 
-def expected_sampling_variant(top_ks, rejection_sampling: bool) -> str | None:
+def expected_sampling_variant(all_greedy: bool, rejection_sampling: bool) -> str | None:
     """The sampling variant an EAGLE draft batch replays: under rejection sampling "greedy" when every request is
     greedy (top_k 1), which skips the proposal distribution, else None (the sampling graph); None without it."""
-    return "greedy" if rejection_sampling and top_ks is not None and all(k <= 1 for k in top_ks) else None
+    return "greedy" if rejection_sampling and all_greedy else None
 
 
 def check_replayed_key(before: dict, after: dict, *, requests: int, capture_bs, variant: str | None,

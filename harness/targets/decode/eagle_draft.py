@@ -333,14 +333,13 @@ class EagleDraftTarget(RealModelTarget):
         if batch.top_ks is None or batch.temperatures is None:
             raise HarnessError("a draft batch under rejection sampling needs each request's top_k and temperature")
         device, bs, vocab = self.device, batch.batch_size, self.draft.model_config.vocab_size
-        greedy = [k <= 1 for k in batch.top_ks]
         fb.sampling_info = SamplingBatchInfo(
             temperatures=torch.tensor(batch.temperatures, dtype=torch.float32, device=device).view(-1, 1),
             top_ps=torch.ones(bs, device=device), top_ks=torch.tensor(batch.top_ks, dtype=torch.int32, device=device),
-            min_ps=torch.zeros(bs, device=device), is_all_greedy=all(greedy), is_any_greedy=any(greedy),
-            need_top_p_sampling=False, need_top_k_sampling=not all(greedy), need_min_p_sampling=False,
-            vocab_size=vocab)
-        if not all(greedy):
+            min_ps=torch.zeros(bs, device=device), is_all_greedy=batch.all_greedy,
+            is_any_greedy=any(k <= 1 for k in batch.top_ks), need_top_p_sampling=False,
+            need_top_k_sampling=not batch.all_greedy, need_min_p_sampling=False, vocab_size=vocab)
+        if not batch.all_greedy:
             fb.spec_info.draft_probs = torch.softmax(torch.randn((bs, vocab), generator=generator), dim=-1).to(device)
 
     def replay_draft(self, fb, before_graph=None):
@@ -463,7 +462,7 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
     if keys:  # where the runner's backend keeps its graphs by key (`graph_key.replay_counts`)
         graph_key.check_replayed_key(keys, graph_key.replay_counts(target.runner), requests=batch.batch_size,
                                      capture_bs=target.capture_bs, where=where,
-                                     variant=graph_key.expected_sampling_variant(batch.top_ks, rejection_sampling))
+                                     variant=graph_key.expected_sampling_variant(batch.all_greedy, rejection_sampling))
     if target.split_tile is not None:  # the splits every draft step's decode kernels read, one per branch
         from harness.oracles.batch_invariance import check_split_counts
 

@@ -44,7 +44,6 @@ COMPILE_PHASE_MODULE = "sglang.srt.compilation.compile_phase"
 CONFIG_MODULE = "sglang.srt.model_executor.cuda_graph_config"
 MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 EAGER_RUNNER_MODULE = "sglang.srt.model_executor.runner.eager_runner"
-
 REQUIRED = (RUNNER_MODULE, TC_BACKEND_MODULE, "sglang.srt.compilation.compile", "sglang.srt.compilation.backend",
             "sglang.srt.compilation.cuda_piecewise_backend", COMPILE_PHASE_MODULE, CONFIG_MODULE, MODEL_RUNNER_MODULE)
 # feature -> (the runner class, or None for its module; the name the feature needs there). MIXED_CHUNK_CHECK and
