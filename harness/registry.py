@@ -116,6 +116,7 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_draft": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_lora": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_served": Picture("batch size", "forward mode", note="replayed"),
+                 "real_models_lora_served": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_draft_prefill": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_encoder": None,
                  "real_models_reference": None,

@@ -12,7 +12,8 @@ from harness.counter import counter
 from harness.devices import get_device
 from harness.models.real import FAMILIES
 from harness.oracles import OracleFailure, execution_context
-from harness.targets.decode.base import DecodeCase, SpecSettings
+from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
+from harness.targets.decode.real_model import StagedBatch
 
 MAX_REQUESTS = 8  # pool rows 1..8 (row 0: SGLang's padding row)
 TOP_K_ALL = 1 << 30  # SGLang's top_k for "no top-k" (sampling_params.TOP_K_ALL)
@@ -236,3 +237,75 @@ def run_served_program(ex, case, family, program) -> None:
         watcher.arm()
         run_program(target, program, note=ex.note)
         watcher.check("a step of the served program compiled a frame")
+
+
+@st.composite
+def staged_batch(draw, batch_size: int):
+    """A decode batch: per request its seq_len (prefix in the cache plus this token), pool row, next input id; the
+    seed of the cached prefix."""
+    vocab = min(f.config["vocab_size"] for f in FAMILIES.values())
+    seq_lens = draw(st.lists(st.integers(1, MAX_SEQ_LEN), min_size=batch_size, max_size=batch_size))
+    rows = draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:batch_size]
+    ids = draw(st.lists(st.integers(0, vocab - 1), min_size=batch_size, max_size=batch_size))
+    batch = DecodeBatch(input_ids=ids, positions=[n - 1 for n in seq_lens], seq_lens=seq_lens,
+                        req_pool_indices=list(rows))
+    deltas = [draw(st.integers(1 - n, 0)) for n in seq_lens]  # an mRoPE family's: earlier image tokens' shift
+    return StagedBatch(batch, draw(st.integers(0, 2 ** 16)), deltas)
+
+
+def lora_program_to_drawn(case, backend: str, max_loras: int, program) -> dict:
+    """A LoRA server's lifetime (`harness.targets.decode.lora_lifetime`) as a record's drawn values."""
+    from harness.targets.decode.lora_lifetime import Load, Unload
+
+    def step(s):
+        if isinstance(s, Load):
+            return {"load": dataclasses.asdict(s)}
+        if isinstance(s, Unload):
+            return {"unload": s.name}
+        b = s.staged.batch
+        return {"serve": {"lora_ids": list(b.lora_ids), "seq_lens": list(b.seq_lens),
+                          "pool_rows": list(b.pool_rows), "input_ids": list(b.input_ids), "seed": s.staged.seed}}
+    return {"capture_bs": list(case.capture_bs), "lora_backend": backend, "max_loras_per_batch": max_loras,
+            "lora_program": [step(s) for s in program]}
+
+
+def lora_program_from_drawn(steps: list[dict]) -> list:
+    from harness.targets.decode.lora_lifetime import Load, Serve, Unload
+
+    def batch(b):
+        return StagedBatch(DecodeBatch(input_ids=b["input_ids"], positions=[n - 1 for n in b["seq_lens"]],
+                                       seq_lens=b["seq_lens"], req_pool_indices=b["pool_rows"],
+                                       lora_ids=b["lora_ids"]), b["seed"])
+    return [Load(**s["load"]) if "load" in s else Unload(s["unload"]) if "unload" in s else Serve(batch(s["serve"]))
+            for s in steps]
+
+
+def start_lora_server(ex, case, backend: str, max_loras: int):
+    """A new LoRA server (`lora_lifetime.LoRAServer`), its capture held to the `patch_model` contract."""
+    from harness.oracles.hooks import HookRecorder
+    from harness.oracles.patch_contract import check_patch_model_contract
+    from harness.targets.decode.lora_lifetime import LoRAServer
+
+    get_device("cpu").reset()
+    hooks = HookRecorder()
+    mark = counter.mark()
+    server = LoRAServer(case, backend=backend, max_loras=max_loras, hooks=hooks, note=ex.note)
+    check_patch_model_contract(server.target, hooks, server.target.layout,
+                               graphs_captured=counter.since(mark)["num_graphs_captured"])
+    ex.note("capture_bs", server.target.capture_bs)
+    return server
+
+
+def run_lora_program(ex, case, backend: str, max_loras: int, program) -> None:
+    """A recorded LoRA server lifetime played again on a new server, each step checked as the machine checks it."""
+    from harness.oracles.recompile import RecompileWatcher
+
+    with RecompileWatcher("LoRA server") as watcher:
+        server = start_lora_server(ex, case, backend, max_loras)
+        try:
+            watcher.arm()
+            for index, step in enumerate(program):
+                server.play(index, step)
+            watcher.check("a step of the LoRA server's lifetime compiled a frame")
+        finally:
+            server.stop()

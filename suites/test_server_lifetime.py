@@ -16,8 +16,16 @@ same batch on a fresh backend and the KV cache it leaves (`real_model.check_repl
 torch-native attention, the server's dispatch against what the capacity says (graph or eager), and every running
 request against itself decoded alone (`batch-invariance`), so an effect of an earlier step on a later one fails the
 step that shows it. A failing step's record holds the case and the whole program up to it; the replay command
-plays that program on a new server."""
+plays that program on a new server.
+
+The LoRA machine (`TestLoRAServerLifetime`) does the same for a LoRA server (`harness.targets.decode.lora_lifetime`):
+one capture, then adapters loaded (by folder or from tensors, pinned or not), unloaded and loaded again between
+decode batches on whatever is served, each step held to `lora-lifecycle` and each admitted batch to eager and to
+its adapters' merged models. The gate always plays `pinned_lifetime` beside it (the machine's first draws are the
+simplest)."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from hypothesis import settings, strategies as st
@@ -31,8 +39,10 @@ from harness.profiles import suite_settings
 from harness.record import example
 from harness.targets.decode import real_model, scheduled, served
 from harness.targets.decode.base import DecodeCase
+from harness.targets.decode.real_lora import LORA_BACKENDS, lora_missing
 from harness.targets.decode.scheduled import Admit, Decode, Finish, Mix, ProgramPlayer
-from suites.real_common import served_program_to_drawn, start_served
+from suites.real_common import lora_program_to_drawn, real_cases, run_lora_program, served_program_to_drawn, \
+    staged_batch, start_lora_server, start_served
 
 MAX_PROMPT = 12
 PROMPT = st.lists(st.integers(0, min(f.config["vocab_size"] for f in FAMILIES.values()) - 1), min_size=1,
@@ -150,3 +160,129 @@ for _family in ServerLifetime.families:
     if _family != "dense":
         _name = f"TestServerLifetime{_family.title()}"
         globals()[_name] = _family_machine(_family, _name)
+
+
+# -- a LoRA server's lifetime: adapters loaded, unloaded and loaded again under the graphs captured at its start --
+# a served name and the adapter weights a load under it may bring ("a" again, or "a" retrained: "a2"; "wide": a
+# rank past the pool's, refused)
+LOADS = [("a", "a"), ("a", "a2"), ("b", "b"), ("c", "c"), ("wide", "wide")]
+
+
+@pytest.fixture(scope="module")
+def lora_device(device_name, personality):
+    if device_name != "cpu" or personality != "cuda":
+        pytest.skip(f"the LoRA server runs on the cpu virtual device under the cuda personality, not "
+                    f"{device_name}/{personality}: its Triton kernels run by Triton's CPU interpreter")
+    try:
+        real_model.load()
+    except PathMissing as missing:
+        pytest.skip(str(missing))
+    reason = lora_missing("triton")
+    if reason:
+        pytest.skip(reason)
+    found = get_device(device_name)
+    with found.install(personality):
+        yield found
+
+
+class LoRAServerLifetime(RuleBasedStateMachine):
+    """A LoRA server (`harness.targets.decode.lora_lifetime`): one capture at a drawn `--lora-backend`,
+    `--max-loras-per-batch` and capture list, then drawn loads (by path or from tensors, pinned or not, a fresh or
+    the stable id), unloads and decode batches on whatever is served, each checked by `lora-lifecycle`, and each
+    admitted batch by `eager-equality` and `lora-reference` against its adapters' merged models."""
+
+    def __init__(self):
+        super().__init__()
+        self.server, self.drawn, self.program = None, None, []
+
+    def _example(self, rule: str):
+        case, backend, max_loras = self.drawn
+        return example("real_models_lora_served", family="dense", rule=rule,
+                       **lora_program_to_drawn(case, backend, max_loras, self.program))
+
+    @initialize(case=real_cases(), backend=st.sampled_from(LORA_BACKENDS).filter(lambda b: lora_missing(b) is None),
+                max_loras=st.sampled_from([2, 3]))
+    def start(self, case, backend, max_loras):
+        self.drawn = case, backend, max_loras
+        with self._example("start") as ex:
+            self.server = start_lora_server(ex, case, backend, max_loras)
+
+    def _play(self, step, rule: str) -> None:
+        self.program.append(step)
+        with self._example(rule):
+            self.server.play(len(self.program) - 1, step)
+
+    def teardown(self):
+        if self.server is not None:
+            self.server.stop()
+
+    @precondition(lambda self: self.server is not None)
+    @rule(load=st.sampled_from(LOADS), pinned=st.booleans(), source=st.sampled_from(["path", "tensors"]),
+          stable_id=st.booleans())
+    def load(self, load, pinned, source, stable_id):
+        from harness.targets.decode.lora_lifetime import Load
+
+        self._play(Load(load[0], load[1], pinned, source, stable_id), "load")
+
+    @precondition(lambda self: self.server is not None and self.server.served)
+    @rule(data=st.data())
+    def unload(self, data):
+        from harness.targets.decode.lora_lifetime import Unload
+
+        self._play(Unload(data.draw(st.sampled_from(sorted(self.server.served)), label="adapter")), "unload")
+
+    @precondition(lambda self: self.server is not None)
+    @rule(data=st.data())
+    def serve(self, data):
+        """A decode batch of a drawn size on drawn served adapters: at most one more distinct than the pool's
+        slots, so admission is probed past them."""
+        from harness.targets.decode.lora_lifetime import Serve
+
+        case, _, max_loras = self.drawn
+        size = data.draw(st.integers(1, max(case.capture_bs)), label="batch size")
+        names = [None, *sorted(self.server.served)]
+        allowed = sorted(data.draw(st.sets(st.sampled_from(names), min_size=1, max_size=max_loras + 1),
+                                   label="adapters served"), key=str)
+        ids = data.draw(st.lists(st.sampled_from(allowed), min_size=size, max_size=size), label="adapters")
+        item = data.draw(staged_batch(size), label="batch")
+        self._play(Serve(dataclasses.replace(item, batch=dataclasses.replace(item.batch, lora_ids=ids))), "serve")
+
+
+LORA_MACHINE_SETTINGS = settings(suite_settings(gate_examples=2, shrink_in_gate=False), deadline=None,
+                                 **({"stateful_step_count": 40, "max_examples": 6} if NIGHTLY else
+                                    {"stateful_step_count": 8}))
+TestLoRAServerLifetime = pytest.mark.usefixtures("lora_device")(
+    type("TestLoRAServerLifetime", (LoRAServerLifetime.TestCase,), {"settings": LORA_MACHINE_SETTINGS}))
+
+
+def _serve(ids, seq_lens, rows, seed):
+    from harness.targets.decode.base import DecodeBatch
+    from harness.targets.decode.lora_lifetime import Serve
+    from harness.targets.decode.real_model import StagedBatch
+
+    return Serve(StagedBatch(DecodeBatch(input_ids=[(7 * seed + 13 * i) % 100 for i in range(len(ids))],
+                                         positions=[n - 1 for n in seq_lens], seq_lens=seq_lens,
+                                         req_pool_indices=rows, lora_ids=ids), seed))
+
+
+def pinned_lifetime():
+    """A lifetime the gate always plays (its machine's first draws are the simplest): "c" pinned from tensors
+    beside "a"; "a" unloaded and "a" retrained (`a2`) loaded under its name and stable id, then served where "a"'s
+    weights were; "b" pinned again as "b2", and a batch past the slots the two pins leave, refused; "wide"
+    refused; "c" unloaded, and a batch on the pinned "b2", the base model and "a" served in its place."""
+    from harness.targets.decode.lora_lifetime import Load, Unload
+
+    return [Load("c", "c", pinned=True, source="tensors"), _serve(["a", "c", None], [9, 14, 3], [2, 5, 7], 1),
+            Unload("a"), Load("a", "a2", stable_id=True), _serve(["a", "c"], [6, 11], [4, 1], 2),
+            Load("b2", "b", pinned=True), _serve(["a", "b", "c"], [4, 5, 6], [1, 2, 3], 3), Load("wide", "wide"),
+            Unload("c"), _serve(["b2", None, "a"], [12, 2, 8], [3, 6, 8], 4)]
+
+
+def test_lora_server_pinned_lifetime(lora_device):
+    """`pinned_lifetime` on a Triton LoRA server of three slots capturing 1 and 3: every step checked as the
+    machine checks it (`lora-lifecycle`, `eager-equality`, `lora-reference`)."""
+    case, program = DecodeCase(capture_bs=(1, 3), max_running_requests=8), pinned_lifetime()
+    with example("real_models_lora_served", family="dense", rule="pinned",
+                 **lora_program_to_drawn(case, "triton", 3, program)) as ex:
+        run_lora_program(ex, case, "triton", 3, program)
+

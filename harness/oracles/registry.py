@@ -78,6 +78,10 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "merged into its weights (W + alpha/r * B @ A, loaded by SGLang's loader into its plain class), one with "
            "no adapter the base model's, whatever shares its batch or graph", "harness/oracles/lora_reference.py",
            ("test_real_lora_mutants.py",)),
+    Oracle("lora-lifecycle", "over a LoRA server's lifetime SGLang loads exactly the adapters the pool's rank, "
+           "targets and pinned slots admit, lists what is served, frees and zeroes an unloaded adapter's slot, "
+           "admits a batch exactly when its unpinned adapters fit the slots pins leave, and never moves a pinned "
+           "adapter", "harness/targets/decode/lora_lifetime.py", ("test_lora_lifetime_mutants.py",)),
     Oracle("capture-failure", "a failing piecewise compile pass surfaces as SGLang's message: cause, backend, "
            "the way out", "harness/oracles/capture_failure.py", ("test_prefill_mutants.py", "test_oracles.py")),
     Oracle("graph-break", "where SGLang compiles with `fullgraph=True` Dynamo traces the body whole; a break is "

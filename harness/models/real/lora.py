@@ -41,10 +41,22 @@ class Adapter:
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 # two adapters of different ranks, scalings and targets: the memory pool pads "b"'s rank to "a"'s, and "b" leaves
-# k_proj, o_proj, gate_proj and up_proj without weights (SGLang's buffers for them stay zero for its slot)
+# k_proj, o_proj, gate_proj and up_proj without weights (SGLang's buffers for them stay zero for its slot). The
+# server starts with these (`--lora-paths`), so SGLang infers --max-lora-rank 4 and every module as a target.
 ADAPTERS = {
     "a": Adapter("a", rank=4, alpha=8.0, modules=ATTENTION + MLP, seed=21),
     "b": Adapter("b", rank=2, alpha=3.0, modules=("q_proj", "v_proj", "down_proj"), seed=22),
+}
+# adapters a server loads after its start (`load_lora_adapter`, `load_lora_adapter_from_tensors`): "c" targets k_proj,
+# gate_proj and up_proj, which "b" leaves empty, and leaves o_proj and down_proj empty, at a rank between (SGLang
+# stacks q/k/v assuming q_proj and v_proj are targeted); "a2" is "a" retrained (same rank and targets, new weights),
+# served under the name "a" once "a" is unloaded; "wide" has a rank past the pool's, which SGLang must refuse
+RUNTIME_ADAPTERS = {
+    "c": Adapter("c", rank=3, alpha=6.0, modules=("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"), seed=23),
+    "a2": Adapter("a2", rank=4, alpha=4.0, modules=ATTENTION + MLP, seed=31),
+    "wide": Adapter("wide", rank=8, alpha=8.0, modules=("q_proj", "v_proj"), seed=24),
+    # k_proj without q_proj: a PEFT adapter SGLang loads and then cannot place in its pool (a finding)
+    "konly": Adapter("konly", rank=2, alpha=4.0, modules=("k_proj", "o_proj"), seed=25),
 }
 LORA_FAMILIES = ("dense",)  # families whose SGLang class serves LoRA on the Triton LoRA backend here
 A_RANGE = 0.3  # lora_A and lora_B entries: uniform over +-A_RANGE (a delta of the base weights' order)
@@ -62,7 +74,7 @@ def _targeted(family: str, adapter: Adapter) -> dict[str, torch.Size]:
 @functools.cache
 def adapter_weights(family: str, name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """HF weight name -> (lora_A [r, in], lora_B [out, r]), drawn from the adapter's seed."""
-    adapter = ADAPTERS[name]
+    adapter = adapter_spec(name)
     generator = torch.Generator().manual_seed(adapter.seed)
     weights = {}
     for weight, (out_features, in_features) in sorted(_targeted(family, adapter).items()):
@@ -72,23 +84,39 @@ def adapter_weights(family: str, name: str) -> dict[str, tuple[torch.Tensor, tor
     return weights
 
 
-@functools.cache
-def adapter_folder(family: str, name: str) -> str:
-    """The adapter in PEFT's format, in a folder of its own (one per family, adapter and process)."""
-    from safetensors.torch import save_file
+def adapter_spec(name: str) -> Adapter:
+    """A startup or runtime adapter by its key."""
+    return ADAPTERS[name] if name in ADAPTERS else RUNTIME_ADAPTERS[name]
 
-    adapter = ADAPTERS[name]
-    folder = tempfile.mkdtemp(prefix=f"harness-lora-{family}-{name}-")
+
+def adapter_tensors(family: str, name: str) -> dict[str, torch.Tensor]:
+    """The adapter's weights under PEFT's key names (what `adapter_model.safetensors` holds, and what SGLang's
+    `load_lora_adapter_from_tensors` takes)."""
     tensors = {}
     for weight, (a, b) in adapter_weights(family, name).items():
         module = weight[:-len(".weight")]
         tensors[f"base_model.model.{module}.lora_A.weight"] = a.contiguous()
         tensors[f"base_model.model.{module}.lora_B.weight"] = b.contiguous()
-    save_file(tensors, os.path.join(folder, "adapter_model.safetensors"))
+    return tensors
+
+
+def adapter_config(family: str, name: str) -> dict:
+    """The adapter's `adapter_config.json`."""
+    adapter = adapter_spec(name)
+    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": adapter.rank, "lora_alpha": adapter.alpha,
+            "target_modules": list(adapter.modules), "lora_dropout": 0.0, "bias": "none",
+            "base_model_name_or_path": FAMILIES[family].architecture}
+
+
+@functools.cache
+def adapter_folder(family: str, name: str) -> str:
+    """The adapter in PEFT's format, in a folder of its own (one per family, adapter and process)."""
+    from safetensors.torch import save_file
+
+    folder = tempfile.mkdtemp(prefix=f"harness-lora-{family}-{name}-")
+    save_file(adapter_tensors(family, name), os.path.join(folder, "adapter_model.safetensors"))
     with open(os.path.join(folder, "adapter_config.json"), "w") as f:
-        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": adapter.rank, "lora_alpha": adapter.alpha,
-                   "target_modules": list(adapter.modules), "lora_dropout": 0.0, "bias": "none",
-                   "base_model_name_or_path": FAMILIES[family].architecture}, f, indent=1)
+        json.dump(adapter_config(family, name), f, indent=1)
     return folder
 
 
@@ -103,7 +131,7 @@ def merged_checkpoint(family: str, name: str | None) -> str:
     folder, model = checkpoint(family)
     if name is None:
         return folder
-    scaling = ADAPTERS[name].scaling
+    scaling = adapter_spec(name).scaling
     state = {key: value.clone() for key, value in model.state_dict().items()}
     for weight, (a, b) in adapter_weights(family, name).items():
         state[weight] += scaling * (b @ a)

@@ -38,7 +38,7 @@ from harness.devices.host_memory import pinned_host_memory
 from harness.devices.triton_interpreter import interpret_kernels
 from harness.errors import PathMissing
 from harness.models.real import RealModel
-from harness.models.real.lora import ADAPTERS, LORA_FAMILIES, adapter_folder, merged_model
+from harness.models.real.lora import ADAPTERS, LORA_FAMILIES, adapter_folder, adapter_spec, merged_model
 from harness.oracles import OracleFailure, lora_reference
 from harness.targets.decode.base import DecodeBatch, DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, triton_modules, check_replay
@@ -114,6 +114,7 @@ class Serving:
     backend: str = "triton"
     max_loras_per_batch: int = 3
     family: str = "dense"
+    instance: int = 0  # a server of its own (a lifetime machine's, whose adapters come and go), not the shared one
 
     def missing(self) -> str | None:
         if self.family not in LORA_FAMILIES:
@@ -153,6 +154,10 @@ class Serving:
 
             _SERVED[self] = (load_sglang(self.family, merged_checkpoint(self.family, None)), None)
         return _SERVED[self][0]
+
+    def stop(self) -> None:
+        """The server's model and manager forgotten (a lifetime machine's, at its end)."""
+        _SERVED.pop(self, None)
 
     def manager(self, runner) -> Any:
         """The serving's `LoRAManager`, built once by SGLang's own `ModelRunner.init_lora_manager` on `runner` (a
@@ -194,8 +199,10 @@ class RealLoRATarget(RealModelTarget):
     """See the module docstring. `max_loras_per_batch`, `backend`: the `Serving`'s."""
 
     def __init__(self, case: DecodeCase, *, family: str = "dense", max_loras_per_batch: int = 3,
-                 backend: str = "triton", **kwargs: Any) -> None:
-        self.serving = Serving(backend, max_loras_per_batch, family)
+                 backend: str = "triton", instance: int = 0, **kwargs: Any) -> None:
+        self.serving = Serving(backend, max_loras_per_batch, family, instance)
+        # the weights each served adapter name stands for (a lifetime machine reloads "a" with "a2"'s)
+        self.weights: dict[str, str] = {name: name for name in ADAPTERS}
         reason = self.serving.missing()
         if reason:
             raise PathMissing(reason)
@@ -243,7 +250,8 @@ def batch_info_report(target: RealLoRATarget, batch: DecodeBatch) -> str:
     ranks, scalings = info.lora_ranks.tolist(), info.scalings.tolist()
     rows = []
     for request, (adapter, slot) in enumerate(zip(list(batch.lora_ids) + [None] * padded, slots)):
-        want = (0, 0.0) if adapter is None else (ADAPTERS[adapter].rank, ADAPTERS[adapter].scaling)
+        spec = None if adapter is None else adapter_spec(target.weights[adapter])
+        want = (0, 0.0) if spec is None else (spec.rank, spec.scaling)
         held = (ranks[slot], round(scalings[slot], 4)) if 0 <= slot < len(ranks) else ("?", "?")
         kind = "padded row" if request >= batch.batch_size else f"request {request} ({adapter or 'no adapter'})"
         mark = "" if held[0] == want[0] and (want[0] == 0 or held[1] == want[1]) else \
@@ -280,21 +288,24 @@ def check_against_merged(target: RealLoRATarget, batch: DecodeBatch, got, before
     def merged(adapter):
         target.pools.restore(before)
         return target.run_eager(target.forward_batch(plain), target.eager_attn_backend,
-                                forward=merged_model(target.family, adapter).model.forward).next_token_logits
+                                forward=merged_model(target.family, target.weights.get(adapter)).model.forward
+                                ).next_token_logits
 
     return hold_to_merged(got, batch.lora_ids, merged, serving=target.serving, where=where,
-                          batch_info=lambda: batch_info_report(target, batch))
+                          batch_info=lambda: batch_info_report(target, batch), weights=target.weights)
 
 
-def hold_to_merged(got, lora_ids: list, merged, *, serving: Serving, where: str, batch_info=lambda: "") -> int:
+def hold_to_merged(got, lora_ids: list, merged, *, serving: Serving, where: str, batch_info=lambda: "",
+                   weights: dict | None = None) -> int:
     """`lora-reference` for each request of a batch: its row of `got` against the row `merged(adapter)` gives
     (the merged model of its adapter run on the whole batch). Returns the requests compared (the torch_native
-    lower-rank finding's are held to replay only: `HOLD_TORCH_NATIVE_LOWER_RANK`)."""
+    lower-rank finding's are held to replay only: `HOLD_TORCH_NATIVE_LOWER_RANK`). `weights`: the adapter each
+    served name stands for (default: itself)."""
     max_rank = max(spec.rank for spec in ADAPTERS.values())  # SGLang infers --max-lora-rank from --lora-paths
     compared = 0
     for adapter in sorted(set(lora_ids), key=str):
         if serving.backend == "torch_native" and not HOLD_TORCH_NATIVE_LOWER_RANK and adapter is not None and \
-                ADAPTERS[adapter].rank < max_rank:
+                adapter_spec((weights or {}).get(adapter, adapter)).rank < max_rank:
             continue
         reference = merged(adapter)
         for request, used in enumerate(lora_ids):
