@@ -253,7 +253,7 @@ def staged_batch(draw, batch_size: int):
     return StagedBatch(batch, draw(st.integers(0, 2 ** 16)), deltas)
 
 
-def lora_program_to_drawn(case, backend: str, max_loras: int, program) -> dict:
+def lora_program_to_drawn(case, backend: str, max_loras: int, program, embeddings: bool = False) -> dict:
     """A LoRA server's lifetime (`harness.targets.decode.lora_lifetime`) as a record's drawn values."""
     from harness.targets.decode.lora_lifetime import Load, Unload
 
@@ -266,7 +266,7 @@ def lora_program_to_drawn(case, backend: str, max_loras: int, program) -> dict:
         return {"serve": {"lora_ids": list(b.lora_ids), "seq_lens": list(b.seq_lens),
                           "pool_rows": list(b.pool_rows), "input_ids": list(b.input_ids), "seed": s.staged.seed}}
     return {"capture_bs": list(case.capture_bs), "lora_backend": backend, "max_loras_per_batch": max_loras,
-            "lora_program": [step(s) for s in program]}
+            "lora_embeddings": embeddings, "lora_program": [step(s) for s in program]}
 
 
 def lora_program_from_drawn(steps: list[dict]) -> list:
@@ -280,7 +280,7 @@ def lora_program_from_drawn(steps: list[dict]) -> list:
             for s in steps]
 
 
-def start_lora_server(ex, case, backend: str, max_loras: int):
+def start_lora_server(ex, case, backend: str, max_loras: int, embeddings: bool = False):
     """A new LoRA server (`lora_lifetime.LoRAServer`), its capture held to the `patch_model` contract."""
     from harness.oracles.hooks import HookRecorder
     from harness.oracles.patch_contract import check_patch_model_contract
@@ -289,19 +289,20 @@ def start_lora_server(ex, case, backend: str, max_loras: int):
     get_device("cpu").reset()
     hooks = HookRecorder()
     mark = counter.mark()
-    server = LoRAServer(case, backend=backend, max_loras=max_loras, hooks=hooks, note=ex.note)
+    server = LoRAServer(case, backend=backend, max_loras=max_loras, embeddings=embeddings, hooks=hooks,
+                        note=ex.note)
     check_patch_model_contract(server.target, hooks, server.target.layout,
                                graphs_captured=counter.since(mark)["num_graphs_captured"])
     ex.note("capture_bs", server.target.capture_bs)
     return server
 
 
-def run_lora_program(ex, case, backend: str, max_loras: int, program) -> None:
+def run_lora_program(ex, case, backend: str, max_loras: int, program, embeddings: bool = False) -> None:
     """A recorded LoRA server lifetime played again on a new server, each step checked as the machine checks it."""
     from harness.oracles.recompile import RecompileWatcher
 
     with RecompileWatcher("LoRA server") as watcher:
-        server = start_lora_server(ex, case, backend, max_loras)
+        server = start_lora_server(ex, case, backend, max_loras, embeddings)
         try:
             watcher.arm()
             for index, step in enumerate(program):

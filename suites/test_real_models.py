@@ -650,14 +650,14 @@ def test_findings_triton_decode_window_one_key_short(device, monkeypatch):
 
 # -- LoRA: SGLang's multi-LoRA serving under capture ------------------------------------------------------------
 @st.composite
-def lora_batch(draw, batch_size: int, max_loras: int):
-    """A staged decode batch whose requests use adapters "a", "b" or none: at most `max_loras` distinct (the base
-    model counts, as SGLang's `validate_lora_batch` counts it)."""
-    from harness.models.real.lora import ADAPTERS
+def lora_batch(draw, batch_size: int, max_loras: int, embeddings: bool = False):
+    """A staged decode batch whose requests use adapters "a", "b" (and "e" when the server starts with it) or none:
+    at most `max_loras` distinct (the base model counts, as SGLang's `validate_lora_batch` counts it)."""
+    from harness.targets.decode.real_lora import Serving
 
     item = draw(staged_batch(batch_size))
-    allowed = sorted(draw(st.sets(st.sampled_from([None, *sorted(ADAPTERS)]), min_size=1, max_size=max_loras)),
-                     key=str)
+    names = Serving(embeddings=embeddings).startup()
+    allowed = sorted(draw(st.sets(st.sampled_from([None, *names]), min_size=1, max_size=max_loras)), key=str)
     ids = draw(st.lists(st.sampled_from(allowed), min_size=batch_size, max_size=batch_size), label="adapters")
     return dataclasses.replace(item, batch=dataclasses.replace(item.batch, lora_ids=ids))
 
@@ -665,17 +665,19 @@ def lora_batch(draw, batch_size: int, max_loras: int):
 @st.composite
 def lora_examples(draw):
     """A LoRA server (`--lora-backend`, `--max-loras-per-batch` 2 or 3: with 2 the pool evicts an adapter when
-    the next batch needs the other), capture sizes with or without `record_nolora_graph`, and replays as
-    `real_examples` draws them, each request on a drawn adapter."""
+    the next batch needs the other), started with or without the embedding adapter "e" (SGLang then wraps the
+    token embedding and the LM head in LoRA layers too), capture sizes with or without `record_nolora_graph`, and
+    replays as `real_examples` draws them, each request on a drawn adapter."""
     from harness.targets.decode.real_lora import LORA_BACKENDS
 
     case = draw(real_cases())
     case = dataclasses.replace(case, record_nolora_graph=draw(st.booleans(), label="record_nolora_graph"))
     backend = draw(st.sampled_from(LORA_BACKENDS), label="lora_backend")
     max_loras = draw(st.sampled_from([2, 3]), label="max_loras_per_batch")
+    embeddings = draw(st.booleans(), label="lora_embeddings")
     sizes = draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes")
-    return case, backend, max_loras, [[draw(lora_batch(n, max_loras), label="batch") for _ in range(2)]
-                                      for n in sizes]
+    return case, backend, max_loras, [[draw(lora_batch(n, max_loras, embeddings), label="batch") for _ in range(2)]
+                                      for n in sizes], embeddings
 
 
 def _lora(ids, seq_lens, rows, tokens, seed) -> StagedBatch:
@@ -683,12 +685,13 @@ def _lora(ids, seq_lens, rows, tokens, seed) -> StagedBatch:
     return dataclasses.replace(staged, batch=dataclasses.replace(staged.batch, lora_ids=ids))
 
 
-# capture 1 and 3 with the "lora" and "nolora" graphs; an adapter and the base model padded to 3, then three
-# requests on both adapters (different ranks and scalings) in one graph, then one on no adapter (the nolora graph)
+# capture 1 and 3 with the "lora" and "nolora" graphs, "e" among the adapters (LoRA on the token embedding and the
+# LM head); an adapter and the base model padded to 3, then three requests on both adapters (different ranks and
+# scalings) in one graph, then one on no adapter (the nolora graph), then one on "e"
 LORA_TRITON = (dataclasses.replace(PADDED_BETWEEN_SIZES[0], record_nolora_graph=True), "triton", 3,
                [[_lora(["a", None], [17, 5], [3, 6], [3, 120], 11), _lora(["b", "a", "b"], [2, 24, 9], [8, 1, 4],
                                                                            [9, 64, 33], 12)],
-                [_lora([None], [7], [5], [40], 13)]])
+                [_lora([None], [7], [5], [40], 13), _lora(["e"], [11], [2], [77], 14)]], True)
 # csgmv (SGLang's default LoRA backend) with a pool of two slots: the base model and one adapter, so the second
 # batch's adapter evicts the first's
 LORA_CSGMV_EVICTING = (PADDED_BETWEEN_SIZES[0], "csgmv", 2,
@@ -702,9 +705,11 @@ LORA_TORCH_NATIVE = (PADDED_BETWEEN_SIZES[0], "torch_native", 3,
 def run_lora(drawn, record="real_models_lora"):
     from harness.targets.decode.real_lora import RealLoRATarget, check_lora_replays
 
-    case, backend, max_loras, groups = drawn
+    case, backend, max_loras, groups, *embeddings = drawn
+    embeddings = bool(embeddings and embeddings[0])
     with example(record, family="dense", lora_backend=backend, max_loras_per_batch=max_loras,
-                 record_nolora_graph=case.record_nolora_graph, **_to_drawn(case, groups)) as ex:
+                 record_nolora_graph=case.record_nolora_graph, lora_embeddings=embeddings,
+                 **_to_drawn(case, groups)) as ex:
         device = get_device("cpu")
         device.reset()
         hooks = HookRecorder()
@@ -712,7 +717,7 @@ def run_lora(drawn, record="real_models_lora"):
             mark = counter.mark()
             try:
                 target = RealLoRATarget(case, family="dense", max_loras_per_batch=max_loras, backend=backend,
-                                        hooks=hooks)
+                                        embeddings=embeddings, hooks=hooks)
             except PathMissing as missing:
                 pytest.skip(str(missing))
             captured = counter.since(mark)["num_graphs_captured"]
@@ -729,11 +734,12 @@ def run_lora(drawn, record="real_models_lora"):
 @given(drawn=lora_examples())
 def test_real_model_lora_replay_matches_eager_and_merged_adapters(drawn, device):
     """SGLang's multi-LoRA serving on the dense family (`harness/targets/decode/real_lora.py`): its `LoRAManager`
-    (built by `ModelRunner.init_lora_manager`) wraps the model in LoRA layers and loads two PEFT adapters; the
-    decode runner captures with them (a "lora" and a "nolora" graph per size when drawn) on the drawn LoRA kernel
-    backend; each replay of requests on drawn adapters equals eager, and each request equals the model with its
-    adapter merged into the weights (`lora-reference`), with the KV cache, padded rows, graph counts, recompiles
-    and the `patch_model` contract checked as for any real-model replay."""
+    (built by `ModelRunner.init_lora_manager`) wraps the model in LoRA layers and loads two PEFT adapters (three
+    with "e", on the token embedding and the LM head); the decode runner captures with them (a "lora" and a
+    "nolora" graph per size when drawn) on the drawn LoRA kernel backend; each replay of requests on drawn
+    adapters equals eager, and each request equals the model with its adapter merged into the weights
+    (`lora-reference`), with the KV cache, padded rows, graph counts, recompiles and the `patch_model` contract
+    checked as for any real-model replay."""
     run_lora(drawn)
 
 
@@ -748,8 +754,8 @@ def test_findings_torch_native_lora_misreads_lower_rank_adapter(device, monkeypa
     from harness.targets.decode import real_lora
 
     monkeypatch.setattr(real_lora, "HOLD_TORCH_NATIVE_LOWER_RANK", True)
-    case, _, _, groups = LORA_TRITON
-    run_lora((case, "torch_native", 3, groups), record="real_models_findings")
+    case, _, _, groups, embeddings = LORA_TRITON
+    run_lora((case, "torch_native", 3, groups, embeddings), record="real_models_findings")
 
 
 # -- input_embeds: prompts sent as embeddings ----------------------------------------------------------------------
@@ -980,7 +986,7 @@ def replay_case(drawn: dict) -> None:
     if "lora_program" in drawn:  # a LoRA server's lifetime (test_server_lifetime.py's LoRA machine)
         with get_device("cpu").install("cuda"), example("real_models_lora_served", **drawn) as ex:
             run_lora_program(ex, case, drawn["lora_backend"], drawn["max_loras_per_batch"],
-                             lora_program_from_drawn(drawn["lora_program"]))
+                             lora_program_from_drawn(drawn["lora_program"]), bool(drawn.get("lora_embeddings")))
         return
     if "program" in drawn and drawn.get("served"):  # a server's lifetime (test_server_lifetime.py)
         case = dataclasses.replace(case, max_running_requests=drawn["max_running_requests"])
@@ -996,7 +1002,8 @@ def replay_case(drawn: dict) -> None:
         groups = [[_lora(b["lora_ids"], b["seq_lens"], b["pool_rows"], b["input_ids"], b["seed"]) for b in group]
                   for group in drawn["groups"]]
         with get_device("cpu").install("cuda"):
-            run_lora((case, drawn["lora_backend"], drawn["max_loras_per_batch"], groups))
+            run_lora((case, drawn["lora_backend"], drawn["max_loras_per_batch"], groups,
+                      bool(drawn.get("lora_embeddings"))))
         return
     suite = "real_models"
     if drawn.get("spec"):  # a verify example (test_real_model_target_verify_matches_eager)

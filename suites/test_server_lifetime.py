@@ -164,8 +164,8 @@ for _family in ServerLifetime.families:
 
 # -- a LoRA server's lifetime: adapters loaded, unloaded and loaded again under the graphs captured at its start --
 # a served name and the adapter weights a load under it may bring ("a" again, or "a" retrained: "a2"; "wide": a
-# rank past the pool's, refused)
-LOADS = [("a", "a"), ("a", "a2"), ("b", "b"), ("c", "c"), ("wide", "wide")]
+# rank past the pool's, refused; "e": embed_tokens and lm_head, refused unless the server started with it)
+LOADS = [("a", "a"), ("a", "a2"), ("b", "b"), ("c", "c"), ("e", "e"), ("wide", "wide")]
 
 
 @pytest.fixture(scope="module")
@@ -196,16 +196,16 @@ class LoRAServerLifetime(RuleBasedStateMachine):
         self.server, self.drawn, self.program = None, None, []
 
     def _example(self, rule: str):
-        case, backend, max_loras = self.drawn
+        case, backend, max_loras, embeddings = self.drawn
         return example("real_models_lora_served", family="dense", rule=rule,
-                       **lora_program_to_drawn(case, backend, max_loras, self.program))
+                       **lora_program_to_drawn(case, backend, max_loras, self.program, embeddings))
 
     @initialize(case=real_cases(), backend=st.sampled_from(LORA_BACKENDS).filter(lambda b: lora_missing(b) is None),
-                max_loras=st.sampled_from([2, 3]))
-    def start(self, case, backend, max_loras):
-        self.drawn = case, backend, max_loras
+                max_loras=st.sampled_from([2, 3]), embeddings=st.booleans())
+    def start(self, case, backend, max_loras, embeddings):
+        self.drawn = case, backend, max_loras, embeddings
         with self._example("start") as ex:
-            self.server = start_lora_server(ex, case, backend, max_loras)
+            self.server = start_lora_server(ex, case, backend, max_loras, embeddings)
 
     def _play(self, step, rule: str) -> None:
         self.program.append(step)
@@ -238,7 +238,7 @@ class LoRAServerLifetime(RuleBasedStateMachine):
         slots, so admission is probed past them."""
         from harness.targets.decode.lora_lifetime import Serve
 
-        case, _, max_loras = self.drawn
+        case, _, max_loras, _ = self.drawn
         size = data.draw(st.integers(1, max(case.capture_bs)), label="batch size")
         names = [None, *sorted(self.server.served)]
         allowed = sorted(data.draw(st.sets(st.sampled_from(names), min_size=1, max_size=max_loras + 1),

@@ -17,6 +17,10 @@ decode model serves LoRA through a double of the manager, so none of these can s
 - base_batch_replays_the_lora_graph: `DecodeCudaGraphRunner._resolve_lora_variant` answers "lora" for a batch on
   no adapter, under `record_nolora_graph`: the LoRA graph serves it at rank 0, equal to eager and to the base
   model; `graph-key` names the graph replayed against the "nolora" one the batch implies.
+- embedding_lora_b_never_loaded: `LoRAMemoryPool.load_lora_weight_to_buffer` no longer recognises PEFT's
+  `lora_embedding_B` key, so the embedding adapter's B stays zero in its slot; replay and eager agree,
+  `lora-reference` fails for "e"'s requests.
+- lm_head_lora_skipped: `ParallelLMHeadWithLoRA.forward` always takes the base path: `lora-reference` fails for "e".
 - prefill_chunks_routed_to_the_first_adapter: the Triton LoRA backend's prefill-graph path fills its static sgemm
   routing (`prefill_cuda_graph_sgemm_batch_info.weight_indices`) with the first chunk's adapter for every chunk.
   Eager of an eligible batch reads the same static routing, so replay and eager agree; `lora-reference` fails for
@@ -63,17 +67,21 @@ def device(monkeypatch):
         yield
 
 
+# a server started with "e" (LoRA on the token embedding and the LM head): "e" beside "a" and the base model
+EMBEDDING = [[batch(["e", "a", None], [9, 4, 6], [4, 2, 6], [5, 90, 17], 7)], [batch(["e"], [3], [1], [7], 8)]]
+
 # under record_nolora_graph: an adapter beside the base model, then a batch on no adapter (the "nolora" graph)
 BASE_ONLY = [[batch(["a", None], [9, 4], [4, 2], [5, 90], 7), batch([None, None], [3, 12], [1, 5], [7, 9], 8)]]
 
 
-def run_case(groups, backend: str = "triton", max_loras: int = 3, record_nolora_graph: bool = False) -> int:
+def run_case(groups, backend: str = "triton", max_loras: int = 3, record_nolora_graph: bool = False,
+             embeddings: bool = False) -> int:
     import dataclasses
 
     from harness.targets.decode.real_lora import RealLoRATarget, check_lora_replays
 
     case = dataclasses.replace(CASE, record_nolora_graph=record_nolora_graph)
-    target = RealLoRATarget(case, max_loras_per_batch=max_loras, backend=backend)
+    target = RealLoRATarget(case, max_loras_per_batch=max_loras, backend=backend, embeddings=embeddings)
     return check_lora_replays(target, groups)
 
 
@@ -85,6 +93,33 @@ def mutate(monkeypatch, owner, name: str, old: str, new: str) -> None:
 def test_clean_sglang_passes_the_lora_check(device, backend):
     assert run_case(MIXED, backend) == 5
     assert run_case(EVICTING, backend, max_loras=2) == 4
+
+
+def test_clean_sglang_passes_the_embedding_lora_check(device):
+    assert run_case(EMBEDDING, embeddings=True) == 4
+
+
+def test_embedding_lora_b_never_loaded_fails_for_the_embedding_adapter(device, monkeypatch):
+    from sglang.srt.lora.mem_pool import LoRAMemoryPool
+
+    # PEFT names an Embedding's B `lora_embedding_B`: the pool no longer recognises it, so the slot's B stays zero
+    mutate(monkeypatch, LoRAMemoryPool, "load_lora_weight_to_buffer",
+           '"embed_tokens" in name\n                and ("lora_embedding_B" in name',
+           '"embed_tokens" in name\n                and ("lora_embedding_b" in name')
+    with pytest.raises(OracleFailure) as failure:
+        run_case(EMBEDDING, embeddings=True)
+    assert failure.value.oracle == "lora-reference"
+    assert "served with adapter 'e'" in failure.value.diagnosis
+
+
+def test_lm_head_lora_skipped_fails_for_the_embedding_adapter(device, monkeypatch):
+    from sglang.srt.lora.layers import ParallelLMHeadWithLoRA
+
+    mutate(monkeypatch, ParallelLMHeadWithLoRA, "forward", "    if self.lora_active:", "    if False:")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(EMBEDDING, embeddings=True)
+    assert failure.value.oracle == "lora-reference"
+    assert "served with adapter 'e'" in failure.value.diagnosis
 
 
 def test_clean_sglang_passes_the_nolora_variant_check(device):

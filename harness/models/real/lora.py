@@ -55,6 +55,9 @@ RUNTIME_ADAPTERS = {
     "c": Adapter("c", rank=3, alpha=6.0, modules=("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"), seed=23),
     "a2": Adapter("a2", rank=4, alpha=4.0, modules=ATTENTION + MLP, seed=31),
     "wide": Adapter("wide", rank=8, alpha=8.0, modules=("q_proj", "v_proj"), seed=24),
+    # the token embedding and the LM head (PEFT's embedding LoRA), with q_proj and v_proj: a server starts with it
+    # when its LoRA targets reach those two (`real_lora.Serving.embeddings`)
+    "e": Adapter("e", rank=2, alpha=4.0, modules=("embed_tokens", "lm_head", "q_proj", "v_proj"), seed=26),
     # k_proj without q_proj: a PEFT adapter SGLang loads and then cannot place in its pool (a finding)
     "konly": Adapter("konly", rank=2, alpha=4.0, modules=("k_proj", "o_proj"), seed=25),
 }
@@ -95,6 +98,10 @@ def adapter_tensors(family: str, name: str) -> dict[str, torch.Tensor]:
     tensors = {}
     for weight, (a, b) in adapter_weights(family, name).items():
         module = weight[:-len(".weight")]
+        if module.endswith("embed_tokens"):  # PEFT's Embedding: A [r, vocab], B [hidden, r], delta (B @ A).T
+            tensors[f"base_model.model.{module}.lora_embedding_A"] = b.T.contiguous()
+            tensors[f"base_model.model.{module}.lora_embedding_B"] = a.T.contiguous()
+            continue
         tensors[f"base_model.model.{module}.lora_A.weight"] = a.contiguous()
         tensors[f"base_model.model.{module}.lora_B.weight"] = b.contiguous()
     return tensors

@@ -3,7 +3,8 @@ loaded again while the decode graphs captured at the server's start serve batche
 holds by then.
 
 `LoRAServer` starts one server (`real_lora.RealLoRATarget` with a `Serving` of its own: `--lora-paths a=... b=...`,
-so SGLang infers `--max-lora-rank` 4 and every projection as a target) and plays steps on it, in order:
+and "e" with `embeddings`, so SGLang infers `--max-lora-rank` 4 and every projection, and then the token embedding
+and the LM head, as targets) and plays steps on it, in order:
 - `Load(name, weights, pinned, source, stable_id)`: SGLang's `LoRAManager.load_lora_adapter` (the folder) or
   `load_lora_adapter_from_tensors` (the same weights as tensors, as an RL trainer pushes them) of `weights`
   (`harness.models.real.lora`: a startup adapter, "c", "a2" which is "a" retrained, or "wide" past the pool's rank)
@@ -32,15 +33,13 @@ from typing import Any
 
 import torch
 
-from harness.models.real.lora import ADAPTERS, adapter_config, adapter_folder, adapter_spec, adapter_tensors
+from harness.models.real.lora import adapter_config, adapter_folder, adapter_spec, adapter_tensors
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeCase
-from harness.targets.decode.real_lora import RealLoRATarget, check_lora_replays
+from harness.targets.decode.real_lora import RealLoRATarget, Serving, check_lora_replays
 from harness.targets.decode.real_model import StagedBatch
 
 ORACLE = "lora-lifecycle"
-MAX_RANK = max(spec.rank for spec in ADAPTERS.values())  # SGLang infers --max-lora-rank from --lora-paths
-POOL_MODULES = frozenset(module for spec in ADAPTERS.values() for module in spec.modules)
 _INSTANCES = itertools.count(1)
 
 
@@ -78,20 +77,22 @@ class Served:
         return bool(self.ref.pinned)
 
 
-def load_refusal(served: dict[str, Served], step: Load, max_loras: int) -> str | None:
-    """Why SGLang must refuse `step` (None: it must load it), from what is served and the pool's shape.
+def load_refusal(served: dict[str, Served], step: Load, serving: Serving) -> str | None:
+    """Why SGLang must refuse `step` (None: it must load it), from what is served and the pool's shape (the
+    rank and targets SGLang infers from the serving's `--lora-paths`).
 
-    Examples: "a" while "a" is served -> already loaded; "wide" (rank 8) -> past --max-lora-rank 4; a pin with
-    `--max-loras-per-batch` 3 while one adapter is pinned -> the base model and unpinned adapters would have no
-    slot (SGLang keeps one free: pinned < max_loras_per_batch - 1)."""
-    spec = adapter_spec(step.weights)
+    Examples: "a" while "a" is served -> already loaded; "wide" (rank 8) -> past --max-lora-rank 4; "e" on a
+    server started without it -> embed_tokens and lm_head have no buffers; a pin with `--max-loras-per-batch` 3
+    while two adapters are pinned -> the base model and unpinned adapters would have no slot (SGLang keeps one
+    free: pinned < max_loras_per_batch - 1)."""
+    spec, max_rank, targets = adapter_spec(step.weights), serving.max_rank(), serving.target_modules()
     if step.name in served:
         return f"an adapter named {step.name!r} is already loaded"
-    if spec.rank > MAX_RANK:
-        return f"its rank {spec.rank} exceeds the pool's --max-lora-rank {MAX_RANK} (inferred from --lora-paths)"
-    if not set(spec.modules) <= POOL_MODULES:
-        return f"it targets {sorted(set(spec.modules) - POOL_MODULES)}, which the pool holds no buffers for"
-    pinned = sum(s.pinned for s in served.values())
+    if spec.rank > max_rank:
+        return f"its rank {spec.rank} exceeds the pool's --max-lora-rank {max_rank} (inferred from --lora-paths)"
+    if not set(spec.modules) <= targets:
+        return f"it targets {sorted(set(spec.modules) - targets)}, which the pool holds no buffers for"
+    pinned, max_loras = sum(s.pinned for s in served.values()), serving.max_loras_per_batch
     if step.pinned and pinned >= max_loras - 1:
         return (f"pinning it would make {pinned + 1} pinned adapters of {max_loras} pool slots, leaving none for "
                 "the base model and unpinned adapters")
@@ -117,11 +118,12 @@ def batch_refusal(served: dict[str, Served], names: list, max_loras: int) -> str
 class LoRAServer:
     """See the module docstring. `note(key, value)`: where facts go (the example's record)."""
 
-    def __init__(self, case: DecodeCase, *, backend: str, max_loras: int, hooks: Any = None, note=None) -> None:
+    def __init__(self, case: DecodeCase, *, backend: str, max_loras: int, embeddings: bool = False,
+                 hooks: Any = None, note=None) -> None:
         self.note = note or (lambda key, value: None)
         self.max_loras = max_loras
         self.target = RealLoRATarget(case, family="dense", max_loras_per_batch=max_loras, backend=backend,
-                                     instance=next(_INSTANCES), hooks=hooks)
+                                     instance=next(_INSTANCES), embeddings=embeddings, hooks=hooks)
         self.manager = self.target.lora_manager
         self.served = {name: Served(name, ref) for ref in self.manager.lora_refs.values()
                        for name in [ref.lora_name]}
@@ -159,7 +161,7 @@ class LoRAServer:
             result = (self.manager.load_lora_adapter(ref) if step.source == "path" else
                       self.manager.load_lora_adapter_from_tensors(ref, adapter_tensors("dense", step.weights),
                                                                   adapter_config("dense", step.weights)))
-        refusal = load_refusal(self.served, step, self.max_loras)
+        refusal = load_refusal(self.served, step, self.target.serving)
         if refusal is None and not result.success:
             raise OracleFailure(ORACLE, f"{where}: SGLang refused to load it ({result.error_message}), but nothing "
                                 "forbids it: its rank and targets fit the pool, its name is free and any pin leaves "

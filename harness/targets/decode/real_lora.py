@@ -38,7 +38,7 @@ from harness.devices.host_memory import pinned_host_memory
 from harness.devices.triton_interpreter import interpret_kernels
 from harness.errors import PathMissing
 from harness.models.real import RealModel
-from harness.models.real.lora import ADAPTERS, LORA_FAMILIES, adapter_folder, adapter_spec, merged_model
+from harness.models.real.lora import LORA_FAMILIES, adapter_folder, adapter_spec, merged_model
 from harness.oracles import OracleFailure, lora_reference
 from harness.targets.decode.base import DecodeBatch, DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, triton_modules, check_replay
@@ -115,6 +115,19 @@ class Serving:
     max_loras_per_batch: int = 3
     family: str = "dense"
     instance: int = 0  # a server of its own (a lifetime machine's, whose adapters come and go), not the shared one
+    embeddings: bool = False  # "e" among --lora-paths: the pool and the model's LoRA layers reach embed and LM head
+
+    def startup(self) -> tuple[str, ...]:
+        """The adapters of `--lora-paths`: "a" and "b", and "e" (embed_tokens and lm_head) with `embeddings`."""
+        return ("a", "b", "e") if self.embeddings else ("a", "b")
+
+    def max_rank(self) -> int:
+        """--max-lora-rank as SGLang infers it from `--lora-paths`."""
+        return max(adapter_spec(name).rank for name in self.startup())
+
+    def target_modules(self) -> frozenset:
+        """The modules SGLang's pool holds buffers for, as it infers them from `--lora-paths`."""
+        return frozenset(module for name in self.startup() for module in adapter_spec(name).modules)
 
     def missing(self) -> str | None:
         if self.family not in LORA_FAMILIES:
@@ -133,7 +146,7 @@ class Serving:
     def flags(self) -> dict[str, Any]:
         """The server flags: `--enable-lora --lora-paths a=... b=... --max-loras-per-batch N --lora-backend B`."""
         return {"enable_lora": True,
-                "lora_paths": [f"{name}={adapter_folder(self.family, name)}" for name in sorted(ADAPTERS)],
+                "lora_paths": [f"{name}={adapter_folder(self.family, name)}" for name in self.startup()],
                 "max_loras_per_batch": self.max_loras_per_batch, "lora_backend": self.backend}
 
     def scope(self) -> contextlib.AbstractContextManager:
@@ -199,10 +212,10 @@ class RealLoRATarget(RealModelTarget):
     """See the module docstring. `max_loras_per_batch`, `backend`: the `Serving`'s."""
 
     def __init__(self, case: DecodeCase, *, family: str = "dense", max_loras_per_batch: int = 3,
-                 backend: str = "triton", instance: int = 0, **kwargs: Any) -> None:
-        self.serving = Serving(backend, max_loras_per_batch, family, instance)
+                 backend: str = "triton", instance: int = 0, embeddings: bool = False, **kwargs: Any) -> None:
+        self.serving = Serving(backend, max_loras_per_batch, family, instance, embeddings)
         # the weights each served adapter name stands for (a lifetime machine reloads "a" with "a2"'s)
-        self.weights: dict[str, str] = {name: name for name in ADAPTERS}
+        self.weights: dict[str, str] = {name: name for name in self.serving.startup()}
         reason = self.serving.missing()
         if reason:
             raise PathMissing(reason)
@@ -240,7 +253,7 @@ class RealLoRATarget(RealModelTarget):
 
 def batch_info_report(target: RealLoRATarget, batch: DecodeBatch) -> str:
     """The LoRA backend's graph batch info against the batch: per request, the pool slot its weight index names
-    and that slot's rank and scaling, beside its adapter's (`ADAPTERS`); a padded row's slot. A diagnosis only."""
+    and that slot's rank and scaling, beside its adapter's (`adapter_spec`); a padded row's slot. A diagnosis only."""
     backend = target.lora_manager.lora_backend
     info = getattr(backend, "cuda_graph_batch_info", None)
     if info is None:
@@ -301,7 +314,7 @@ def hold_to_merged(got, lora_ids: list, merged, *, serving: Serving, where: str,
     (the merged model of its adapter run on the whole batch). Returns the requests compared (the torch_native
     lower-rank finding's are held to replay only: `HOLD_TORCH_NATIVE_LOWER_RANK`). `weights`: the adapter each
     served name stands for (default: itself)."""
-    max_rank = max(spec.rank for spec in ADAPTERS.values())  # SGLang infers --max-lora-rank from --lora-paths
+    max_rank = serving.max_rank()
     compared = 0
     for adapter in sorted(set(lora_ids), key=str):
         if serving.backend == "torch_native" and not HOLD_TORCH_NATIVE_LOWER_RANK and adapter is not None and \
