@@ -455,7 +455,8 @@ PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), (tuple(range(21, 30)),
 
 def run_prefill(family, drawn, suite=None, deterministic=False, lora=None):
     """`suite`: the record (default: the deterministic record under `deterministic`, else the prefill one).
-    `lora`: (backend, max_loras_per_batch, adapters per prompt of each batch): a LoRA server's prefill."""
+    `lora`: (backend, max_loras_per_batch, adapters per prompt of each batch[, started with "e"]): a LoRA server's
+    prefill."""
     from harness.targets.decode.real_lora import Serving
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
@@ -463,8 +464,11 @@ def run_prefill(family, drawn, suite=None, deterministic=False, lora=None):
     counts, batches, chunks, logprobs, running = drawn
     suite = suite or ("real_models_deterministic" if deterministic else "real_models_prefill")
     case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
-    serving, adapters = (Serving(lora[0], lora[1]), lora[2]) if lora else (None, [None] * len(batches))
-    lora_drawn = {"lora_backend": lora[0], "max_loras_per_batch": lora[1], "adapters": lora[2]} if lora else {}
+    embeddings = bool(lora and len(lora) > 3 and lora[3])
+    serving, adapters = (Serving(lora[0], lora[1], embeddings=embeddings), lora[2]) if lora else \
+        (None, [None] * len(batches))
+    lora_drawn = {"lora_backend": lora[0], "max_loras_per_batch": lora[1], "adapters": lora[2],
+                  "lora_embeddings": embeddings} if lora else {}
     with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
                  chunks=chunks, logprobs=logprobs, running=[[list(p) for p in r] for r in running],
                  **({"deterministic": True} if deterministic else {}), **lora_drawn) as ex:
@@ -557,32 +561,37 @@ def test_eagle_draft_prefill_replays_match_eager(drawn, device):
 @st.composite
 def prefill_lora_examples(draw):
     """A prefill example (`prefill_examples`) on a LoRA server: the LoRA backend (those with a prefill graph),
-    `--max-loras-per-batch`, and per prompt its adapter (at most the pool's slots distinct in a batch, the base
-    model counting; a running request of a mixed batch uses none)."""
-    from harness.models.real.lora import ADAPTERS
+    `--max-loras-per-batch`, whether the server starts with "e" (the token embedding and the LM head), and per
+    prompt its adapter (at most the pool's slots distinct in a batch, the base model counting; a running request of
+    a mixed batch uses none)."""
     from harness.targets.decode.real_lora import LORA_BACKENDS, Serving
 
     counts, batches, chunks, logprobs, running = draw(prefill_examples())
     backend = draw(st.sampled_from([b for b in LORA_BACKENDS if Serving(b).prefill_graph_missing() is None]),
                    label="lora_backend")
     max_loras = draw(st.sampled_from([2, 3]), label="max_loras_per_batch")
+    embeddings = draw(st.booleans(), label="lora_embeddings")
     adapters = []
     for prompts, mixed in zip(batches, running):
-        allowed = draw(st.sets(st.sampled_from([None, *sorted(ADAPTERS)]), min_size=1,
+        allowed = draw(st.sets(st.sampled_from([None, *Serving(embeddings=embeddings).startup()]), min_size=1,
                                max_size=max_loras - 1 if mixed else max_loras))
         allowed = sorted(allowed | ({None} if mixed else set()), key=str)
         adapters.append(draw(st.lists(st.sampled_from(allowed), min_size=len(prompts), max_size=len(prompts)),
                              label="adapters"))
-    return (counts, batches, chunks, logprobs, running), (backend, max_loras, adapters)
+    return (counts, batches, chunks, logprobs, running), (backend, max_loras, adapters, embeddings)
 
 
 # the padded example on a LoRA server of the Triton LoRA backend: the mixed batch's prompts on "a" and no adapter,
 # the chunked one's on "b", "a", "b" (the cached chunk prefilled with "b"), the third refused
 PREFILL_LORA = (PREFILL_PADDED, ("triton", 3, [["a", None], ["b", "a", "b"], ["a", "a"]]))
+# ... on a server started with "e" (LoRA on the token embedding and the LM head): the chunked batch's prompts on
+# "e", "a" and "b", with input logprobs (the LM head's LoRA over more rows than the last token's)
+PREFILL_LORA_EMBEDDINGS = (PREFILL_PADDED, ("triton", 3, [["a", None], ["e", "a", "b"], ["e", "e"]], True))
 
 
 @suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
-@hypothesis_example(drawn=PREFILL_LORA)
+@beyond_gate(drawn=PREFILL_LORA)  # the gate's example serves "a" and "b" on the same backend beside "e"
+@hypothesis_example(drawn=PREFILL_LORA_EMBEDDINGS)
 @given(drawn=prefill_lora_examples())
 def test_real_model_prefill_lora_matches_eager_and_merged_adapters(drawn, device):
     """The breakable prefill of a LoRA server (`decode.real_lora.Serving`: SGLang's LoRA manager, adapters and
@@ -968,8 +977,8 @@ def replay_case(drawn: dict) -> None:
             chunks = drawn.get("chunks") or [[0] * len(b) for b in batches]  # records before chunked prefill
             logprobs = drawn.get("logprobs") or [[None] * len(b) for b in batches]  # ... and before logprobs
             running = [tuple(tuple(p) for p in r) for r in drawn.get("running") or [[]] * len(batches)]  # ... mixing
-            lora = (drawn["lora_backend"], drawn["max_loras_per_batch"], drawn["adapters"]) \
-                if "adapters" in drawn else None
+            lora = (drawn["lora_backend"], drawn["max_loras_per_batch"], drawn["adapters"],
+                    bool(drawn.get("lora_embeddings"))) if "adapters" in drawn else None
             run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks, logprobs, running),
                         deterministic=bool(drawn.get("deterministic")), suite="real_models_lora" if lora else None,
                         lora=lora)
