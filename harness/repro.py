@@ -137,6 +137,22 @@ def draft_evidence(text: str) -> dict:
     return {**evidence, **({"fault": fault.group(0).strip()} if fault else {})}
 
 
+# A LoRA adapter's load, unload, pin or placement in the memory pool failing or refused, in SGLang's words.
+LORA_LIFECYCLE = (r"No available buffer slots found|incompatible with the current LoRA memory pool|"
+                  r"Cannot find target module name for|not found in lora_refs|Number of pinned LoRA adapters|"
+                  r"Failed to load LoRA adapter|\b(?:un)?load_lora_adapter(?:_from_tensors)?\b|"
+                  r"LoRA adapter \S+ is already loaded")
+
+
+def lora_evidence(text: str) -> dict:
+    """The innermost frame of SGLang's LoRA code the log shows ("file:line in function"), as the frame a known
+    finding must share to answer it; and the module SGLang could not place, where it says which."""
+    frames = re.findall(r'File "([^"]*/lora/[^"]*)", line (\d+), in (\w+)', text)
+    module = re.search(r"Cannot find target module name for (\S+)", text)
+    evidence = {"frame": f"{frames[-1][0]}:{frames[-1][1]} in {frames[-1][2]}"} if frames else {}
+    return {**evidence, **({"module": module.group(1)} if module else {})}
+
+
 def _draft_select(text: str) -> tuple[str, str] | None:
     return _draft_test(text) if re.search(DRAFT_RUNNER, without_launch(text)) else None
 
@@ -235,6 +251,8 @@ def _number(values: list[str]) -> int | None:
 # suites' cases (DecodeCase, PrefillCase, ForwardMode); whether a suite's strategies narrow by one is read from them.
 LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list | None]], ...] = (
     (("--lora-paths", "--enable-lora"), "lora", lambda v: [True]),
+    (("--max-loras-per-batch",), "max_loras_per_batch", lambda v: [_number(v)] if _number(v) else None),
+    (("--lora-backend",), "lora_backend", lambda v: v[:1] or None),
     (("--cuda-graph-max-bs",), "default_max_bs", lambda v: [_number(v)] if _number(v) else None),
     (("--cuda-graph-bs",), "capture_bs", lambda v: [[int(n) for n in v if n.isdigit()]] if v else None),
     (("--disable-cuda-graph-padding",), "disable_padding", lambda v: [True]),
@@ -494,6 +512,12 @@ SIGNATURES = [
     Signature("graph-capture-failed", re.compile(CAPTURE_GRAPH_FAILED + r"|patch_model", re.I),
               "graph capture failed (the compiler the platform installed did not run)",
               _capture_path, _graph_conditions, frozenset({"hook-contract", "rebinding-by-value-import", "crash"})),
+    Signature("lora-adapter-lifecycle", re.compile(LORA_LIFECYCLE),
+              "a LoRA adapter's load, unload or pin, or its placement in the memory pool, failed or was refused "
+              "where it should not have been (or the other way round)",
+              lambda t: "real_models", _graph_conditions,
+              frozenset({"lora-lifecycle", "lora-reference", "eager-equality", "crash"}), evidence=lora_evidence,
+              select=lambda t: ("suites/test_server_lifetime.py", "LoRA")),
     Signature("wrong-output",
               re.compile(r"(?i:Mismatched elements|not close|wrong output|differs from eager|mismatch)|"
                          + NO_TRACEBACK),

@@ -31,6 +31,7 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
+from harness.conditions import narrow
 from harness.devices import get_device
 from harness.errors import PathMissing
 from harness.models.real import FAMILIES
@@ -200,8 +201,12 @@ class LoRAServerLifetime(RuleBasedStateMachine):
         return example("real_models_lora_served", family="dense", rule=rule,
                        **lora_program_to_drawn(case, backend, max_loras, self.program, embeddings))
 
-    @initialize(case=real_cases(), backend=st.sampled_from(LORA_BACKENDS).filter(lambda b: lora_missing(b) is None),
-                max_loras=st.sampled_from([2, 3]), embeddings=st.booleans())
+    # narrowed by `python -m harness repro` to a log's --lora-backend and --max-loras-per-batch where they fall here
+    @initialize(case=real_cases(),
+                backend=narrow("lora_backend", st.sampled_from(LORA_BACKENDS), domain=LORA_BACKENDS).filter(
+                    lambda b: lora_missing(b) is None),
+                max_loras=narrow("max_loras_per_batch", st.sampled_from([2, 3, 4]), domain=[2, 3, 4]),
+                embeddings=st.booleans())
     def start(self, case, backend, max_loras, embeddings):
         self.drawn = case, backend, max_loras, embeddings
         with self._example("start") as ex:

@@ -147,6 +147,17 @@ def test_a_known_finding_is_named_without_a_search(tmp_path, capsys):
     assert "test_findings_" in output and "[no-recompile]" in output
 
 
+@pytest.mark.slow
+def test_a_lora_adapter_log_is_named_as_its_known_finding_by_frame(tmp_path, capsys):
+    """The scheduler's traceback of an adapter on k_proj without q_proj: its innermost LoRA frame
+    (`get_target_module_name`) is the finding's own, so repro runs that finding and names it, no search."""
+    log = REPO_ROOT / "tests" / "repro_logs" / "lora_k_proj_adapter_first_batch.log"
+    code, output = answer(capsys, str(log), "--out", str(tmp_path / "out"))
+    assert code == 0, output
+    assert "a KNOWN FINDING" in output and "no search" in output
+    assert "test_findings_adapter_without_q_proj_loads_then_fails_its_first_batch" in output
+
+
 # -- pasted reports (tests/repro_logs/, modelled on public SGLang tracker reports): family, suite, conditions -----
 LOGS = REPO_ROOT / "tests" / "repro_logs"
 SQL = "/sgl-workspace/sglang/python/sglang/srt"
@@ -269,6 +280,17 @@ REPORTS = {
         "cuda-capture-refused", "real_models",
         {"speculative_num_steps": [2], "speculative_eagle_topk": [2], "speculative_num_draft_tokens": [4]}, {},
         ["searching suites/test_real_models.py -k 'draft'"]),
+    # a LoRA adapter's lifecycle: searched in the LoRA server's lifetime, narrowed by the pool's slots; the frame
+    # decides whether the known finding (an adapter on k_proj without q_proj) may answer
+    "lora_k_proj_adapter_first_batch.log": (
+        "lora-adapter-lifecycle", "real_models", {"max_loras_per_batch": [4]},
+        {"frame": "srt/lora/utils.py:369 in get_target_module_name", "module": "self_attn.k_proj.lora_A"},
+        ["searching suites/test_server_lifetime.py -k 'LoRA'", "--max-loras-per-batch 4 -> max_loras_per_batch=[4]: "
+         "narrows the search"]),
+    "lora_pinned_adapters_no_slot.log": (
+        "lora-adapter-lifecycle", "real_models", {},
+        {"frame": "srt/lora/mem_pool.py:817 in get_available_buffer_slot"},
+        ["searching suites/test_server_lifetime.py -k 'LoRA'"]),
     "recompile_scalar_arg.log": (
         "dynamo-recompile", "prefill_pcg", {},
         {"guard": "L['num_fused_shared_experts'] == 1", "guard kind": "local (num_fused_shared_experts)",
