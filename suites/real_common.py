@@ -253,7 +253,17 @@ def staged_batch(draw, batch_size: int):
     return StagedBatch(batch, draw(st.integers(0, 2 ** 16)), deltas)
 
 
-def lora_program_to_drawn(case, backend: str, max_loras: int, program, embeddings: bool = False) -> dict:
+LORA_SERVER_SETTINGS = ("embeddings", "max_lora_rank", "all_targets", "overlap_loading")  # drawn beside the pool
+
+
+def lora_serving(drawn: dict):
+    """The `real_lora.Serving` a LoRA record's drawn values describe."""
+    from harness.targets.decode.real_lora import Serving
+
+    return Serving(drawn["lora_backend"], drawn["max_loras_per_batch"], **drawn.get("lora_server", {}))
+
+
+def lora_program_to_drawn(case, serving, program) -> dict:
     """A LoRA server's lifetime (`harness.targets.decode.lora_lifetime`) as a record's drawn values."""
     from harness.targets.decode.lora_lifetime import Load, Unload
 
@@ -265,8 +275,10 @@ def lora_program_to_drawn(case, backend: str, max_loras: int, program, embedding
         b = s.staged.batch
         return {"serve": {"lora_ids": list(b.lora_ids), "seq_lens": list(b.seq_lens),
                           "pool_rows": list(b.pool_rows), "input_ids": list(b.input_ids), "seed": s.staged.seed}}
-    return {"capture_bs": list(case.capture_bs), "lora_backend": backend, "max_loras_per_batch": max_loras,
-            "lora_embeddings": embeddings, "lora_program": [step(s) for s in program]}
+    return {"capture_bs": list(case.capture_bs), "lora_backend": serving.backend,
+            "max_loras_per_batch": serving.max_loras_per_batch,
+            "lora_server": {name: getattr(serving, name) for name in LORA_SERVER_SETTINGS},
+            "lora_program": [step(s) for s in program]}
 
 
 def lora_program_from_drawn(steps: list[dict]) -> list:
@@ -280,7 +292,7 @@ def lora_program_from_drawn(steps: list[dict]) -> list:
             for s in steps]
 
 
-def start_lora_server(ex, case, backend: str, max_loras: int, embeddings: bool = False):
+def start_lora_server(ex, case, serving):
     """A new LoRA server (`lora_lifetime.LoRAServer`), its capture held to the `patch_model` contract."""
     from harness.oracles.hooks import HookRecorder
     from harness.oracles.patch_contract import check_patch_model_contract
@@ -289,20 +301,19 @@ def start_lora_server(ex, case, backend: str, max_loras: int, embeddings: bool =
     get_device("cpu").reset()
     hooks = HookRecorder()
     mark = counter.mark()
-    server = LoRAServer(case, backend=backend, max_loras=max_loras, embeddings=embeddings, hooks=hooks,
-                        note=ex.note)
+    server = LoRAServer(case, serving, hooks=hooks, note=ex.note)
     check_patch_model_contract(server.target, hooks, server.target.layout,
                                graphs_captured=counter.since(mark)["num_graphs_captured"])
     ex.note("capture_bs", server.target.capture_bs)
     return server
 
 
-def run_lora_program(ex, case, backend: str, max_loras: int, program, embeddings: bool = False) -> None:
+def run_lora_program(ex, case, serving, program) -> None:
     """A recorded LoRA server lifetime played again on a new server, each step checked as the machine checks it."""
     from harness.oracles.recompile import RecompileWatcher
 
     with RecompileWatcher("LoRA server") as watcher:
-        server = start_lora_server(ex, case, backend, max_loras, embeddings)
+        server = start_lora_server(ex, case, serving)
         try:
             watcher.arm()
             for index, step in enumerate(program):

@@ -33,8 +33,8 @@ from harness.targets.decode.real_model import RealModelTarget, StagedBatch, chec
 from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 from suites.real_common import DETERMINISTIC_DRAFT, GATE_EXPLICIT_ONLY, MAX_REQUESTS, MAX_SEQ_LEN, PADDED_DRAFT, \
     REJECTION_SAMPLING_DRAFT, beyond_gate, draft_batch, draft_examples, draft_to_drawn, gate_families, \
-    lora_program_from_drawn, lora_program_to_drawn, program_from_drawn, program_to_drawn, real_cases, run_draft, \
-    run_lora_program, run_served_program, staged_batch
+    lora_program_from_drawn, lora_program_to_drawn, lora_serving, program_from_drawn, program_to_drawn, real_cases, \
+    run_draft, run_lora_program, run_served_program, staged_batch
 
 
 
@@ -712,7 +712,7 @@ LORA_TORCH_NATIVE = (PADDED_BETWEEN_SIZES[0], "torch_native", 3,
 
 
 def run_lora(drawn, record="real_models_lora"):
-    from harness.targets.decode.real_lora import RealLoRATarget, check_lora_replays
+    from harness.targets.decode.real_lora import RealLoRATarget, Serving, check_lora_replays
 
     case, backend, max_loras, groups, *embeddings = drawn
     embeddings = bool(embeddings and embeddings[0])
@@ -725,8 +725,8 @@ def run_lora(drawn, record="real_models_lora"):
         with RecompileWatcher("real model LoRA decode forward") as watcher:
             mark = counter.mark()
             try:
-                target = RealLoRATarget(case, family="dense", max_loras_per_batch=max_loras, backend=backend,
-                                        embeddings=embeddings, hooks=hooks)
+                target = RealLoRATarget(case, family="dense", hooks=hooks,
+                                        serving=Serving(backend, max_loras, embeddings=embeddings))
             except PathMissing as missing:
                 pytest.skip(str(missing))
             captured = counter.since(mark)["num_graphs_captured"]
@@ -778,14 +778,15 @@ INPUT_EMBEDS = [(1, 2, 3, 4, 5), (9, 8, 7)]  # 8 tokens: a captured count, which
     "memory pool ('Cannot find target module name for ...k_proj...'), in a server the scheduler's loop"))
 def test_findings_adapter_without_q_proj_loads_then_fails_its_first_batch(device):
     from harness.targets.decode.lora_lifetime import Load, Serve
-    from harness.targets.decode.real_lora import lora_missing
+    from harness.targets.decode.real_lora import Serving, lora_missing
 
     if lora_missing("triton"):
         pytest.skip(lora_missing("triton"))
     case = DecodeCase(capture_bs=(1,), max_running_requests=MAX_REQUESTS)
     program = [Load("k", "konly"), Serve(_lora(["k"], [5], [2], [9], 1))]
-    with example("real_models_findings", family="dense", **lora_program_to_drawn(case, "triton", 4, program)) as ex:
-        run_lora_program(ex, case, "triton", 4, program)
+    serving = Serving("triton", 4)
+    with example("real_models_findings", family="dense", **lora_program_to_drawn(case, serving, program)) as ex:
+        run_lora_program(ex, case, serving, program)
 
 
 def run_input_embeds(family):
@@ -994,8 +995,7 @@ def replay_case(drawn: dict) -> None:
         return
     if "lora_program" in drawn:  # a LoRA server's lifetime (test_server_lifetime.py's LoRA machine)
         with get_device("cpu").install("cuda"), example("real_models_lora_served", **drawn) as ex:
-            run_lora_program(ex, case, drawn["lora_backend"], drawn["max_loras_per_batch"],
-                             lora_program_from_drawn(drawn["lora_program"]), bool(drawn.get("lora_embeddings")))
+            run_lora_program(ex, case, lora_serving(drawn), lora_program_from_drawn(drawn["lora_program"]))
         return
     if "program" in drawn and drawn.get("served"):  # a server's lifetime (test_server_lifetime.py)
         case = dataclasses.replace(case, max_running_requests=drawn["max_running_requests"])

@@ -186,31 +186,44 @@ def lora_device(device_name, personality):
         yield found
 
 
+@st.composite
+def lora_servings(draw):
+    """A LoRA server's settings: `--lora-backend` and `--max-loras-per-batch` (narrowed by `python -m harness repro`
+    to a log's where they fall here), whether "e" (the token embedding and the LM head) is among `--lora-paths`,
+    `--max-lora-rank` (inferred, or 8: past "wide"'s), `--lora-target-modules all`, and
+    `--enable-lora-overlap-loading`."""
+    from harness.targets.decode.real_lora import Serving
+
+    backend = draw(narrow("lora_backend", st.sampled_from(LORA_BACKENDS), domain=LORA_BACKENDS).filter(
+        lambda b: lora_missing(b) is None), label="lora_backend")
+    max_loras = draw(narrow("max_loras_per_batch", st.sampled_from([2, 3, 4]), domain=[2, 3, 4]),
+                     label="max_loras_per_batch")
+    return Serving(backend, max_loras, embeddings=draw(st.booleans(), label="embeddings"),
+                   max_lora_rank=draw(st.sampled_from([None, 8]), label="max_lora_rank"),
+                   all_targets=draw(st.booleans(), label="all_targets"),
+                   overlap_loading=draw(st.booleans(), label="overlap_loading"))
+
+
 class LoRAServerLifetime(RuleBasedStateMachine):
-    """A LoRA server (`harness.targets.decode.lora_lifetime`): one capture at a drawn `--lora-backend`,
-    `--max-loras-per-batch` and capture list, then drawn loads (by path or from tensors, pinned or not, a fresh or
-    the stable id), unloads and decode batches on whatever is served, each checked by `lora-lifecycle`, and each
-    admitted batch by `eager-equality` and `lora-reference` against its adapters' merged models."""
+    """A LoRA server (`harness.targets.decode.lora_lifetime`): one capture at drawn `lora_servings` settings and
+    capture list, then drawn loads (by path or from tensors, pinned or not, a fresh or the stable id), unloads and
+    decode batches on whatever is served, each checked by `lora-lifecycle`, and each admitted batch by
+    `eager-equality` and `lora-reference` against its adapters' merged models."""
 
     def __init__(self):
         super().__init__()
         self.server, self.drawn, self.program = None, None, []
 
     def _example(self, rule: str):
-        case, backend, max_loras, embeddings = self.drawn
+        case, serving = self.drawn
         return example("real_models_lora_served", family="dense", rule=rule,
-                       **lora_program_to_drawn(case, backend, max_loras, self.program, embeddings))
+                       **lora_program_to_drawn(case, serving, self.program))
 
-    # narrowed by `python -m harness repro` to a log's --lora-backend and --max-loras-per-batch where they fall here
-    @initialize(case=real_cases(),
-                backend=narrow("lora_backend", st.sampled_from(LORA_BACKENDS), domain=LORA_BACKENDS).filter(
-                    lambda b: lora_missing(b) is None),
-                max_loras=narrow("max_loras_per_batch", st.sampled_from([2, 3, 4]), domain=[2, 3, 4]),
-                embeddings=st.booleans())
-    def start(self, case, backend, max_loras, embeddings):
-        self.drawn = case, backend, max_loras, embeddings
+    @initialize(case=real_cases(), serving=lora_servings())
+    def start(self, case, serving):
+        self.drawn = case, serving
         with self._example("start") as ex:
-            self.server = start_lora_server(ex, case, backend, max_loras, embeddings)
+            self.server = start_lora_server(ex, case, serving)
 
     def _play(self, step, rule: str) -> None:
         self.program.append(step)
@@ -221,7 +234,9 @@ class LoRAServerLifetime(RuleBasedStateMachine):
         if self.server is not None:
             self.server.stop()
 
-    @precondition(lambda self: self.server is not None)
+    # the tokenizer manager refuses a load past --max-loaded-loras before SGLang's LoRA manager sees it
+    @precondition(lambda self: self.server is not None and len(self.server.served) < (
+        self.server.target.serving.max_loaded_loras() or len(LOADS) + 3))
     @rule(load=st.sampled_from(LOADS), pinned=st.booleans(), source=st.sampled_from(["path", "tensors"]),
           stable_id=st.booleans())
     def load(self, load, pinned, source, stable_id):
@@ -243,7 +258,8 @@ class LoRAServerLifetime(RuleBasedStateMachine):
         slots, so admission is probed past them."""
         from harness.targets.decode.lora_lifetime import Serve
 
-        case, _, max_loras, _ = self.drawn
+        case, serving = self.drawn
+        max_loras = serving.max_loras_per_batch
         size = data.draw(st.integers(1, max(case.capture_bs)), label="batch size")
         names = [None, *sorted(self.server.served)]
         allowed = sorted(data.draw(st.sets(st.sampled_from(names), min_size=1, max_size=max_loras + 1),
@@ -284,10 +300,14 @@ def pinned_lifetime():
 
 
 def test_lora_server_pinned_lifetime(lora_device):
-    """`pinned_lifetime` on a Triton LoRA server of three slots capturing 1 and 3: every step checked as the
-    machine checks it (`lora-lifecycle`, `eager-equality`, `lora-reference`)."""
+    """`pinned_lifetime` on a Triton LoRA server of three slots capturing 1 and 3, with overlap loading (each
+    adapter copied into the pool on SGLang's load stream, the stream-order checker watching): every step checked as
+    the machine checks it (`lora-lifecycle`, `eager-equality`, `lora-reference`, `stream-order`)."""
+    from harness.targets.decode.real_lora import Serving
+
     case, program = DecodeCase(capture_bs=(1, 3), max_running_requests=8), pinned_lifetime()
+    serving = Serving("triton", 3, overlap_loading=True)
     with example("real_models_lora_served", family="dense", rule="pinned",
-                 **lora_program_to_drawn(case, "triton", 3, program)) as ex:
-        run_lora_program(ex, case, "triton", 3, program)
+                 **lora_program_to_drawn(case, serving, program)) as ex:
+        run_lora_program(ex, case, serving, program)
 

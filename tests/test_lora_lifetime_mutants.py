@@ -10,8 +10,13 @@ play the same lifetimes.
   unpinned adapters none (SGLang keeps one).
 - admission_ignores_pins: `validate_lora_batch` answers as if nothing were pinned.
 - eviction_takes_a_pinned_adapter: the pool's eviction no longer skips pinned adapters.
+- overlap_load_never_awaited: `LoRAOverlapLoader._drain_completed_overlap_loads` drops the compute stream's wait on
+  a finished load's event, so a replay reads pool buffers the load stream wrote with nothing ordering the two
+  (`stream-order`, naming both streams and both sites).
 """
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -44,6 +49,16 @@ PIN_EVICTION = [Load("c", "c", pinned=True), serve(["c"], [5], [2], 11), serve([
                 serve(["b"], [4], [5], 13), serve(["c"], [9], [1], 14)]
 
 
+class _Record:
+    """What `stream_order.checking` notes, outside a harness example."""
+
+    def __init__(self) -> None:
+        self.notes: dict = {}
+
+    def note(self, key, value) -> None:
+        self.notes[key] = value
+
+
 @pytest.fixture
 def device(monkeypatch):
     from harness.targets.decode import real_lora
@@ -57,10 +72,11 @@ def device(monkeypatch):
         yield
 
 
-def play(program, max_loras: int = 3):
+def play(program, max_loras: int = 3, **settings):
     from harness.targets.decode.lora_lifetime import LoRAServer
+    from harness.targets.decode.real_lora import Serving
 
-    server = LoRAServer(CASE, backend="triton", max_loras=max_loras)
+    server = LoRAServer(CASE, Serving("triton", max_loras, **settings))
     try:
         for index, step in enumerate(program):
             server.play(index, step)
@@ -84,6 +100,31 @@ def test_clean_sglang_plays_every_lifetime(device):
     pins = play(PINS)
     assert pins.held == 3 and len(pins.refused) == 2
     assert play(PIN_EVICTION, max_loras=2).held == 4
+
+
+def test_clean_sglang_plays_a_lifetime_with_overlap_loading(device):
+    from harness.oracles import stream_order
+
+    record = _Record()
+    with stream_order.checking(record):
+        assert play(RELOAD, overlap_loading=True).held == 4
+    assert record.notes["stream_order"].startswith("checked: 3 streams"), record.notes  # + the capture's
+
+
+def test_overlap_load_never_awaited_fails_stream_order_naming_both_streams(device, monkeypatch):
+    from sglang.srt.lora.lora_overlap_loader import LoRAOverlapLoader
+
+    from harness.oracles import stream_order
+
+    mutate(monkeypatch, LoRAOverlapLoader, "_drain_completed_overlap_loads",
+           "self.device_module.current_stream().wait_event(event)", "pass")
+    with pytest.raises(OracleFailure) as failure, stream_order.checking(_Record()):
+        play(RELOAD, overlap_loading=True)
+    assert failure.value.oracle == "stream-order"
+    # the replay's LoRA kernel (stream 0) reads a pool buffer the load stream (its number: the process's count) wrote
+    assert "stream 0 reading from" in failure.value.diagnosis, failure.value.diagnosis
+    assert re.search(r"last written on stream [1-9]\d* in aten.copy_", failure.value.diagnosis)
+    assert "copy_weight_into_buffer" in failure.value.diagnosis
 
 
 def test_unload_keeping_the_pool_slot_fails_naming_the_slot(device, monkeypatch):
@@ -123,7 +164,7 @@ def test_admission_ignoring_pins_fails_naming_the_slots(device, monkeypatch):
     mutate(monkeypatch, LoRAManager, "validate_lora_batch", "if self.num_pinned_loras == 0:", "if True:")
     failure = failure_of(PINS)
     assert failure.oracle == "lora-lifecycle"
-    assert "step 3" in failure.diagnosis and "validate_lora_batch admitted it" in failure.diagnosis
+    assert "step 3" in failure.diagnosis and "SGLang's admission admitted it" in failure.diagnosis
     assert "exceed the 1 slots its 2 pinned adapter(s) leave of 3" in failure.diagnosis
 
 

@@ -78,10 +78,10 @@ def run_case(groups, backend: str = "triton", max_loras: int = 3, record_nolora_
              embeddings: bool = False) -> int:
     import dataclasses
 
-    from harness.targets.decode.real_lora import RealLoRATarget, check_lora_replays
+    from harness.targets.decode.real_lora import RealLoRATarget, Serving, check_lora_replays
 
     case = dataclasses.replace(CASE, record_nolora_graph=record_nolora_graph)
-    target = RealLoRATarget(case, max_loras_per_batch=max_loras, backend=backend, embeddings=embeddings)
+    target = RealLoRATarget(case, serving=Serving(backend, max_loras, embeddings=embeddings))
     return check_lora_replays(target, groups)
 
 

@@ -578,5 +578,5 @@ def _stream_order_checked() -> Iterator[None]:
     if not stream_order.enabled() or _device.installs > 1:
         yield
         return
-    with stream_order.StreamOrderMode(streams.current_stream):
+    with stream_order.StreamOrderMode(streams.current_stream), stream_order.host_copies():
         yield

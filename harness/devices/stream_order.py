@@ -9,24 +9,34 @@ on stream A, with no event record + wait, `wait_stream` or synchronisation order
 race: `RACES` gets one `Race` naming both streams, the tensor, both ops and both sites. On a GPU that is a data
 race; the CPU, which runs everything in program order, would never show it.
 
+Host memory is not on any stream: every virtual-device tensor is a CPU tensor, so the checker learns which are host
+memory where a GPU would make them so, `Tensor.cpu()` and pinning (`mark_host`), and an op whose tensors are all host
+memory is host work, its results host memory too, filed on no stream (SGLang's LoRA overlap loader slices an
+adapter's host weights on its load stream). An op mixing the two (a copy to the device) files its device accesses
+only.
+
 What it does not see, and why: ops inside inductor's fused kernels (they bypass the dispatcher); work inside a
 capture (a captured graph runs at replay, where its ops are seen again on the replaying stream); accesses from
-outside torch (numpy views, `data_ptr` kernels). A device synchronisation orders everything before it, so the
-per-storage history is dropped there (it can no longer race), which keeps the checker cheap.
+outside torch (numpy views, `data_ptr` kernels). A host read of a device value (`.item()`) waits for its stream, as
+on a GPU, and orders that stream's work before everything after it. A device synchronisation orders everything
+before it, so the per-storage history is dropped there (it can no longer race), which keeps the checker cheap.
 `HARNESS_STREAM_ORDER=off` turns the checker off, and so does a torch before 2.11 (`off_reason()` says why).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.cuda._sanitizer import DEFAULT_STREAM_ID, Access, AccessType, StreamSynchronizations, TensorInfo
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import harness.devices.host_memory as host_memory
 import harness.devices.legality as legality
 
 SWITCH = "HARNESS_STREAM_ORDER"
@@ -67,6 +77,10 @@ class Race:
                 f"{self.previous_stream} in "
                 f"{self.previous_operator} at {self.previous_site}, with no event record + wait, wait_stream or "
                 "synchronize ordering the two")
+
+
+# storage address -> weakref to a storage in host memory: a property of the memory, so kept across `reset()`
+_HOST: dict[int, Any] = {}
 
 
 class _Checker:
@@ -136,6 +150,38 @@ def stream_synchronized(stream) -> None:
 def device_synchronized() -> None:
     _checker.syncs.sync_all_streams()
     _checker.accesses.clear()  # everything before is ordered before everything after: no access can race now
+
+
+# -- host memory ------------------------------------------------------------------------------------------------
+def mark_host(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`'s storage is host memory (a `.cpu()` result, pinned memory): its accesses are on no stream."""
+    if type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.device.type == "cpu":
+        storage = tensor.untyped_storage()
+        if storage.data_ptr():
+            _HOST[storage.data_ptr()] = weakref.ref(storage)
+    return tensor
+
+
+def is_host(tensor: torch.Tensor) -> bool:
+    """Marked host memory, or pinned host memory (`harness.devices.host_memory`)."""
+    storage = tensor.untyped_storage()
+    entry = _HOST.get(storage.data_ptr())
+    return (entry is not None and entry() is storage) or host_memory.is_pinned_host(tensor)
+
+
+@contextlib.contextmanager
+def host_copies() -> Iterator[None]:
+    """`Tensor.cpu()` marks what it returns as host memory (on the virtual device it returns the tensor itself)."""
+    original = torch.Tensor.cpu
+
+    def cpu(self, *args, **kwargs):
+        return mark_host(original(self, *args, **kwargs))
+
+    torch.Tensor.cpu = cpu
+    try:
+        yield
+    finally:
+        torch.Tensor.cpu = original
 
 
 # -- accesses ---------------------------------------------------------------------------------------------------
@@ -223,12 +269,22 @@ class StreamOrderMode(TorchDispatchMode):
         if stream != DEFAULT_STREAM_ID:
             checker.streams.add(stream)
         site = legality.caller_site(3)  # the caller of __torch_dispatch__, outside torch
-        for position, name, kind in arguments:
-            value = args[position] if position < len(args) else kwargs.get(name)
-            for tensor in _tensors(value):
-                _access(tensor, kind, stream, operator, site, fresh=False)
+        touched = [(tensor, kind) for position, name, kind in arguments
+                   for tensor in _tensors(args[position] if position < len(args) else kwargs.get(name))]
         returns = out if isinstance(out, (tuple, list)) else (out,)
-        for position in fresh_returns:
-            if position < len(returns):
-                for tensor in _tensors(returns[position]):
-                    _access(tensor, AccessType.WRITE, stream, operator, site, fresh=True)
+        results = [tensor for position in fresh_returns if position < len(returns)
+                   for tensor in _tensors(returns[position])]
+        host = [is_host(tensor) for tensor, _ in touched]
+        if touched and all(host):  # host work: on no stream, and what it makes is host memory too
+            for tensor in results:
+                mark_host(tensor)
+            return
+        for (tensor, kind), on_host in zip(touched, host):
+            if not on_host:
+                _access(tensor, kind, stream, operator, site, fresh=False)
+        for tensor in results:
+            _access(tensor, AccessType.WRITE, stream, operator, site, fresh=True)
+        if func is torch.ops.aten._local_scalar_dense.default:
+            # `.item()` (and `bool()`, `int()` of a device tensor) copies to the host and waits for the stream: all
+            # of the stream's work so far is before whatever the host enqueues next, on any stream
+            stream_synchronized(self.current_stream())

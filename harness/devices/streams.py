@@ -11,10 +11,8 @@ API as `torch.cuda`'s: `Stream(device=None, priority=0)` with `wait_event`, `wai
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
 
 import torch
 
@@ -122,18 +120,25 @@ def set_stream(stream: Stream) -> None:
     _current.stream = stream
 
 
-@contextlib.contextmanager
-def stream(target: Stream | None) -> Iterator[None]:
-    """`torch.cuda.stream(s)`: work inside runs on `s` (None: unchanged)."""
-    if target is None:
-        yield
-        return
-    previous = current_stream()
-    set_stream(target)
-    try:
-        yield
-    finally:
-        set_stream(previous)
+class StreamContext:
+    """`torch.cuda.stream(s)` (torch's `StreamContext`): work inside runs on `s` (None: unchanged). An object, not a
+    generator, so that it can be entered again and again, as torch's is (SGLang's LoRA overlap loader keeps one)."""
+
+    def __init__(self, target: Stream | None) -> None:
+        self.target, self._previous = target, []
+
+    def __enter__(self) -> None:
+        if self.target is not None:
+            self._previous.append(current_stream())
+            set_stream(self.target)
+
+    def __exit__(self, *exc) -> None:
+        if self.target is not None:
+            set_stream(self._previous.pop())
+
+
+def stream(target: Stream | None) -> StreamContext:
+    return StreamContext(target)
 
 
 def synchronize(device=None) -> None:

@@ -40,6 +40,8 @@ class Adapter:
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
+# what `--lora-target-modules all` reaches in the dense family
+ALL_MODULES = ATTENTION + MLP + ("embed_tokens", "lm_head")
 # two adapters of different ranks, scalings and targets: the memory pool pads "b"'s rank to "a"'s, and "b" leaves
 # k_proj, o_proj, gate_proj and up_proj without weights (SGLang's buffers for them stay zero for its slot). The
 # server starts with these (`--lora-paths`), so SGLang infers --max-lora-rank 4 and every module as a target.

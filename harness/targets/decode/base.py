@@ -649,8 +649,9 @@ class DecodeTarget:
         if self.lora_manager is not None and fb.lora_ids is not None:
             # what ForwardBatch.init_new does for a LoRA server: SGLang's manager first loads the batch's adapters
             # into its memory pool (the double has no pool)
+            # (none with --enable-lora-overlap-loading: the scheduler's overlap loader already did)
             fetch = getattr(self.lora_manager, "fetch_new_loras", None)
-            if fetch is not None:
+            if fetch is not None and not getattr(self.lora_manager, "enable_lora_overlap_loading", False):
                 fetch(set(fb.lora_ids))
             self.lora_manager.prepare_lora_batch(fb)
         return fb

@@ -118,13 +118,19 @@ def batch_refusal(served: dict[str, Served], names: list, max_loras: int) -> str
 class LoRAServer:
     """See the module docstring. `note(key, value)`: where facts go (the example's record)."""
 
-    def __init__(self, case: DecodeCase, *, backend: str, max_loras: int, embeddings: bool = False,
-                 hooks: Any = None, note=None) -> None:
+    def __init__(self, case: DecodeCase, serving: Serving, *, hooks: Any = None, note=None) -> None:
         self.note = note or (lambda key, value: None)
-        self.max_loras = max_loras
-        self.target = RealLoRATarget(case, family="dense", max_loras_per_batch=max_loras, backend=backend,
-                                     instance=next(_INSTANCES), embeddings=embeddings, hooks=hooks)
+        self.max_loras = serving.max_loras_per_batch
+        serving = dataclasses.replace(serving, instance=next(_INSTANCES))
+        self.target = RealLoRATarget(case, family="dense", serving=serving, hooks=hooks)
         self.manager = self.target.lora_manager
+        # --enable-lora-overlap-loading: the scheduler admits each request's adapter through SGLang's
+        # LoRAOverlapLoader, which copies it into the pool on its own stream (ForwardBatch.init_new then loads none)
+        self.loader = None
+        if serving.overlap_loading:
+            from sglang.srt.lora.lora_overlap_loader import LoRAOverlapLoader
+
+            self.loader = LoRAOverlapLoader(self.manager)
         self.served = {name: Served(name, ref) for ref in self.manager.lora_refs.values()
                        for name in [ref.lora_name]}
         self.pinned_slots: dict[str, int] = {}
@@ -203,15 +209,37 @@ class LoRAServer:
             raise OracleFailure(ORACLE, f"{where}: SGLang lists {dict(result.loaded_adapters)} as loaded, where the "
                                 f"server's history leaves {want}")
 
+    def _admit(self, names: list, where: str) -> bool:
+        """SGLang's admission of a batch on `names`: `validate_lora_batch` of its adapters, or with overlap loading
+        the scheduler's request-by-request `try_overlap_load_lora` (an adapter whose copy is in flight is not
+        admitted yet; the virtual device's copies complete at once, so a second try admits it). Each adapter's
+        answer there is held to `batch_refusal` of those admitted before it and itself."""
+        uid = {n: self.served[n].ref.lora_id if n else None for n in names}
+        if self.loader is None:
+            return self.manager.validate_lora_batch(set(uid.values()))
+        running: set = set()
+        for name in sorted(set(names), key=str):
+            admitted = any(self.loader.try_overlap_load_lora(uid[name], running) for _ in range(2))
+            refusal = batch_refusal(self.served, [*[n for n in uid if uid[n] in running], name], self.max_loras)
+            if admitted != (refusal is None):
+                said = "admitted" if admitted else "refused"
+                raise OracleFailure(ORACLE, f"{where}: the overlap loader {said} adapter {name!r} beside "
+                                    f"{sorted((n for n in uid if uid[n] in running), key=str)}, "
+                                    f"{'but ' + refusal if refusal else 'though it fits the pool'}")
+            if not admitted:
+                return False
+            running.add(uid[name])
+        return True
+
     def _serve(self, staged: StagedBatch, where: str) -> None:
         names = staged.batch.lora_ids
         refusal = batch_refusal(self.served, names, self.max_loras)
-        admitted = self.manager.validate_lora_batch({self.served[n].ref.lora_id if n else None for n in names})
+        admitted = self._admit(names, where)
         if admitted != (refusal is None):
             said = "admitted it" if admitted else "refused it"
             why = f"but {refusal}" if refusal else "though it fits the slots the pinned adapters leave"
             pins = sorted(n for n, s in self.served.items() if s.pinned)
-            raise OracleFailure(ORACLE, f"{where}: validate_lora_batch {said} (adapters {names}, pinned {pins}, "
+            raise OracleFailure(ORACLE, f"{where}: SGLang's admission {said} (adapters {names}, pinned {pins}, "
                                 f"{self.max_loras} slots), {why}")
         if refusal is not None:
             self.refused.append(f"batch on {names}: {refusal}")

@@ -38,7 +38,7 @@ from harness.devices.host_memory import pinned_host_memory
 from harness.devices.triton_interpreter import interpret_kernels
 from harness.errors import PathMissing
 from harness.models.real import RealModel
-from harness.models.real.lora import LORA_FAMILIES, adapter_folder, adapter_spec, merged_model
+from harness.models.real.lora import ALL_MODULES, LORA_FAMILIES, adapter_folder, adapter_spec, merged_model
 from harness.oracles import OracleFailure, lora_reference
 from harness.targets.decode.base import DecodeBatch, DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, triton_modules, check_replay
@@ -116,18 +116,29 @@ class Serving:
     family: str = "dense"
     instance: int = 0  # a server of its own (a lifetime machine's, whose adapters come and go), not the shared one
     embeddings: bool = False  # "e" among --lora-paths: the pool and the model's LoRA layers reach embed and LM head
+    max_lora_rank: int | None = None  # --max-lora-rank (None: SGLang infers it from --lora-paths)
+    all_targets: bool = False  # --lora-target-modules all (else SGLang infers the targets from --lora-paths)
+    overlap_loading: bool = False  # --enable-lora-overlap-loading (adapters copied in on a load stream)
 
     def startup(self) -> tuple[str, ...]:
         """The adapters of `--lora-paths`: "a" and "b", and "e" (embed_tokens and lm_head) with `embeddings`."""
         return ("a", "b", "e") if self.embeddings else ("a", "b")
 
     def max_rank(self) -> int:
-        """--max-lora-rank as SGLang infers it from `--lora-paths`."""
-        return max(adapter_spec(name).rank for name in self.startup())
+        """The pool's rank: --max-lora-rank, or as SGLang infers it from `--lora-paths` (their largest)."""
+        return self.max_lora_rank or max(adapter_spec(name).rank for name in self.startup())
 
     def target_modules(self) -> frozenset:
-        """The modules SGLang's pool holds buffers for, as it infers them from `--lora-paths`."""
+        """The modules SGLang's pool holds buffers for: with `--lora-target-modules all` every LoRA-capable module of
+        the family (its projections, the token embedding and the LM head), else those `--lora-paths` target."""
+        if self.all_targets:
+            return frozenset(ALL_MODULES)
         return frozenset(module for name in self.startup() for module in adapter_spec(name).modules)
+
+    def max_loaded_loras(self) -> int | None:
+        """--max-loaded-loras: SGLang requires one of at most twice the pool's slots with overlap loading (the
+        adapters' host copies stay pinned); the tokenizer manager refuses loads past it."""
+        return 2 * self.max_loras_per_batch if self.overlap_loading else None
 
     def missing(self) -> str | None:
         if self.family not in LORA_FAMILIES:
@@ -144,10 +155,16 @@ class Serving:
         return None
 
     def flags(self) -> dict[str, Any]:
-        """The server flags: `--enable-lora --lora-paths a=... b=... --max-loras-per-batch N --lora-backend B`."""
+        """The server flags: `--enable-lora --lora-paths a=... b=... --max-loras-per-batch N --lora-backend B`, and
+        where drawn `--max-lora-rank R`, `--lora-target-modules all`, `--enable-lora-overlap-loading
+        --max-loaded-loras 2N`."""
         return {"enable_lora": True,
                 "lora_paths": [f"{name}={adapter_folder(self.family, name)}" for name in self.startup()],
-                "max_loras_per_batch": self.max_loras_per_batch, "lora_backend": self.backend}
+                "max_loras_per_batch": self.max_loras_per_batch, "lora_backend": self.backend,
+                **({"max_lora_rank": self.max_lora_rank} if self.max_lora_rank else {}),
+                **({"lora_target_modules": ["all"]} if self.all_targets else {}),
+                **({"enable_lora_overlap_loading": True, "max_loaded_loras": self.max_loaded_loras()}
+                   if self.overlap_loading else {})}
 
     def scope(self) -> contextlib.AbstractContextManager:
         """The real-model targets' interpreter, for the LoRA backend's kernels too; pinned host memory; and a GPU
@@ -212,8 +229,8 @@ class RealLoRATarget(RealModelTarget):
     """See the module docstring. `max_loras_per_batch`, `backend`: the `Serving`'s."""
 
     def __init__(self, case: DecodeCase, *, family: str = "dense", max_loras_per_batch: int = 3,
-                 backend: str = "triton", instance: int = 0, embeddings: bool = False, **kwargs: Any) -> None:
-        self.serving = Serving(backend, max_loras_per_batch, family, instance, embeddings)
+                 backend: str = "triton", serving: Serving | None = None, **kwargs: Any) -> None:
+        self.serving = serving or Serving(backend, max_loras_per_batch, family)
         # the weights each served adapter name stands for (a lifetime machine reloads "a" with "a2"'s)
         self.weights: dict[str, str] = {name: name for name in self.serving.startup()}
         reason = self.serving.missing()
