@@ -285,7 +285,9 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """--replay-blob: Hypothesis's `@reproduce_failure` on every Hypothesis test collected (one, by its node id)."""
+    """--replay-blob: Hypothesis's `@reproduce_failure` on every Hypothesis test collected (one, by its node id);
+    a state machine's `runTest` is a bound method, so the decorator goes on its machine class, where Hypothesis
+    looks for it."""
     blob = config.getoption(REPLAY_BLOB)
     if not blob:
         return
@@ -294,7 +296,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         function = getattr(item, "obj", None)
         if getattr(function, "is_hypothesis_test", False):
-            hypothesis.reproduce_failure(hypothesis.__version__, blob.encode())(function)
+            target = getattr(function, "_hypothesis_state_machine_class", function)
+            hypothesis.reproduce_failure(hypothesis.__version__, blob.encode())(target)
 
 
 @pytest.fixture(scope="session")

@@ -242,6 +242,9 @@ class LoRAServerLifetime(RuleBasedStateMachine):
     def load(self, load, pinned, source, stable_id):
         from harness.targets.decode.lora_lifetime import Load
 
+        # the --lora-paths id is reused only once its name is free: a name still served keeps that id in the
+        # manager, and the tokenizer manager never sends a held id to the backend (SGLang asserts it)
+        stable_id = stable_id and load[0] not in self.server.served
         self._play(Load(load[0], load[1], pinned, source, stable_id), "load")
 
     @precondition(lambda self: self.server is not None and self.server.served)

@@ -190,6 +190,21 @@ def test_a_replay_blob_replays_exactly_that_example_through_reproduce_failure(tm
 
 
 @pytest.mark.subprocess
+def test_a_state_machines_replay_blob_replays_its_program(tmp_path):
+    """A state machine's `runTest` is a bound method: the blob must reach its machine class, else the replay
+    dies on an AttributeError (as the LoRA server machine's did) instead of playing the failing program."""
+    code, output = run_pytest(["tests/machine_that_fails.py", "--report-dir", str(tmp_path / "found")])
+    failure = failure_records(tmp_path / "found")[0]
+    assert code == 1 and "--replay-blob" in failure["replay"], output[-2000:]
+    words = shlex.split(failure["replay"])
+    words[words.index("--report-dir") + 1] = str(tmp_path / "replay")
+    again, output = run_pytest(words[3:])
+    replayed = failure_records(tmp_path / "replay")
+    assert again == 1 and "AttributeError" not in output and "DidNotReproduce" not in output, output[-3000:]
+    assert replayed[0]["diagnosis"] == failure["diagnosis"], (replayed, failure)
+
+
+@pytest.mark.subprocess
 def test_xdist_workers_record_the_controllers_seed_and_run_id(tmp_path):
     """Nightly draws a fresh seed in the controller; its worker gets it and the run id through workerinput (no
     environment variable carries them), so the worker's records carry both and the summary finds them."""

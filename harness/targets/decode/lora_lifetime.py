@@ -9,7 +9,8 @@ and the LM head, as targets) and plays steps on it, in order:
   `load_lora_adapter_from_tensors` (the same weights as tensors, as an RL trainer pushes them) of `weights`
   (`harness.models.real.lora`: a startup adapter, "c", "a2" which is "a" retrained, or "wide" past the pool's rank)
   under the served `name`; `stable_id`: the `LoRARef` id `--lora-paths` would give (`deterministic_id`), so an
-  adapter unloaded and loaded again keeps its id, else a fresh one as the tokenizer manager mints;
+  adapter unloaded and loaded again keeps its id (only while its name is free: SGLang asserts a held id is
+  never sent), else a fresh one as the tokenizer manager mints;
 - `Unload(name)`: `unload_lora_adapter` of the served adapter's `LoRARef`;
 - `Serve(staged)`: a decode batch of requests on served adapters (or none) offered to the scheduler's admission
   (`validate_lora_batch`) and, if admitted, replayed through the captured graphs.
