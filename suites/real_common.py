@@ -253,7 +253,8 @@ def staged_batch(draw, batch_size: int):
     return StagedBatch(batch, draw(st.integers(0, 2 ** 16)), deltas)
 
 
-LORA_SERVER_SETTINGS = ("embeddings", "max_lora_rank", "all_targets", "overlap_loading")  # drawn beside the pool
+# drawn beside the pool
+LORA_SERVER_SETTINGS = ("embeddings", "max_lora_rank", "all_targets", "overlap_loading", "tied")
 
 
 def lora_serving(drawn: dict):

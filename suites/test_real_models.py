@@ -455,8 +455,8 @@ PREFILL_PADDED = ((8, 16), [((1, 2, 3, 4, 5), (9, 8, 7)), (tuple(range(21, 30)),
 
 def run_prefill(family, drawn, suite=None, deterministic=False, lora=None):
     """`suite`: the record (default: the deterministic record under `deterministic`, else the prefill one).
-    `lora`: (backend, max_loras_per_batch, adapters per prompt of each batch[, started with "e"]): a LoRA server's
-    prefill."""
+    `lora`: (backend, max_loras_per_batch, adapters per prompt of each batch[, started with "e"[, on a tied
+    checkpoint]]): a LoRA server's prefill."""
     from harness.targets.decode.real_lora import Serving
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.real_model import RealModelPrefillTarget, check_prefill
@@ -464,11 +464,11 @@ def run_prefill(family, drawn, suite=None, deterministic=False, lora=None):
     counts, batches, chunks, logprobs, running = drawn
     suite = suite or ("real_models_deterministic" if deterministic else "real_models_prefill")
     case = PrefillCase(backend="breakable", capture_tokens=counts, deterministic=deterministic)
-    embeddings = bool(lora and len(lora) > 3 and lora[3])
-    serving, adapters = (Serving(lora[0], lora[1], embeddings=embeddings), lora[2]) if lora else \
+    embeddings, tied = (bool(lora and len(lora) > i and lora[i]) for i in (3, 4))
+    serving, adapters = (Serving(lora[0], lora[1], embeddings=embeddings, tied=tied), lora[2]) if lora else \
         (None, [None] * len(batches))
     lora_drawn = {"lora_backend": lora[0], "max_loras_per_batch": lora[1], "adapters": lora[2],
-                  "lora_embeddings": embeddings} if lora else {}
+                  "lora_embeddings": embeddings, "lora_tied": tied} if lora else {}
     with example(suite, family=family, capture_tokens=list(counts), batches=[[list(p) for p in b] for b in batches],
                  chunks=chunks, logprobs=logprobs, running=[[list(p) for p in r] for r in running],
                  **({"deterministic": True} if deterministic else {}), **lora_drawn) as ex:
@@ -561,7 +561,8 @@ def test_eagle_draft_prefill_replays_match_eager(drawn, device):
 @st.composite
 def prefill_lora_examples(draw):
     """A prefill example (`prefill_examples`) on a LoRA server: the LoRA backend (those with a prefill graph),
-    `--max-loras-per-batch`, whether the server starts with "e" (the token embedding and the LM head), and per
+    `--max-loras-per-batch`, whether the server starts with "e" (the token embedding and the LM head), whether its
+    checkpoint ties the LM head to the embedding (SGLang then unties it to give it LoRA layers), and per
     prompt its adapter (at most the pool's slots distinct in a batch, the base model counting; a running request of
     a mixed batch uses none)."""
     from harness.targets.decode.real_lora import LORA_BACKENDS, Serving
@@ -571,6 +572,7 @@ def prefill_lora_examples(draw):
                    label="lora_backend")
     max_loras = draw(st.sampled_from([2, 3]), label="max_loras_per_batch")
     embeddings = draw(st.booleans(), label="lora_embeddings")
+    tied = draw(st.booleans(), label="lora_tied")
     adapters = []
     for prompts, mixed in zip(batches, running):
         allowed = draw(st.sets(st.sampled_from([None, *Serving(embeddings=embeddings).startup()]), min_size=1,
@@ -578,7 +580,7 @@ def prefill_lora_examples(draw):
         allowed = sorted(allowed | ({None} if mixed else set()), key=str)
         adapters.append(draw(st.lists(st.sampled_from(allowed), min_size=len(prompts), max_size=len(prompts)),
                              label="adapters"))
-    return (counts, batches, chunks, logprobs, running), (backend, max_loras, adapters, embeddings)
+    return (counts, batches, chunks, logprobs, running), (backend, max_loras, adapters, embeddings, tied)
 
 
 # the padded example on a LoRA server of the Triton LoRA backend: the mixed batch's prompts on "a" and no adapter,
@@ -675,7 +677,8 @@ def lora_batch(draw, batch_size: int, max_loras: int, embeddings: bool = False):
 def lora_examples(draw):
     """A LoRA server (`--lora-backend`, `--max-loras-per-batch` 2 or 3: with 2 the pool evicts an adapter when
     the next batch needs the other), started with or without the embedding adapter "e" (SGLang then wraps the
-    token embedding and the LM head in LoRA layers too), capture sizes with or without `record_nolora_graph`, and
+    token embedding and the LM head in LoRA layers too), on a checkpoint whose LM head is or is not tied to its
+    embedding, capture sizes with or without `record_nolora_graph`, and
     replays as `real_examples` draws them, each request on a drawn adapter."""
     from harness.targets.decode.real_lora import LORA_BACKENDS
 
@@ -684,9 +687,10 @@ def lora_examples(draw):
     backend = draw(st.sampled_from(LORA_BACKENDS), label="lora_backend")
     max_loras = draw(st.sampled_from([2, 3]), label="max_loras_per_batch")
     embeddings = draw(st.booleans(), label="lora_embeddings")
+    tied = draw(st.booleans(), label="lora_tied")
     sizes = draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes")
     return case, backend, max_loras, [[draw(lora_batch(n, max_loras, embeddings), label="batch") for _ in range(2)]
-                                      for n in sizes], embeddings
+                                      for n in sizes], embeddings, tied
 
 
 def _lora(ids, seq_lens, rows, tokens, seed) -> StagedBatch:
@@ -695,12 +699,13 @@ def _lora(ids, seq_lens, rows, tokens, seed) -> StagedBatch:
 
 
 # capture 1 and 3 with the "lora" and "nolora" graphs, "e" among the adapters (LoRA on the token embedding and the
-# LM head); an adapter and the base model padded to 3, then three requests on both adapters (different ranks and
-# scalings) in one graph, then one on no adapter (the nolora graph), then one on "e"
+# LM head, which SGLang unties from the embedding of this tied checkpoint); an adapter and the base model padded to
+# 3, then three requests on both adapters (different ranks and scalings) in one graph, then one on no adapter (the
+# nolora graph), then one on "e"
 LORA_TRITON = (dataclasses.replace(PADDED_BETWEEN_SIZES[0], record_nolora_graph=True), "triton", 3,
                [[_lora(["a", None], [17, 5], [3, 6], [3, 120], 11), _lora(["b", "a", "b"], [2, 24, 9], [8, 1, 4],
                                                                            [9, 64, 33], 12)],
-                [_lora([None], [7], [5], [40], 13), _lora(["e"], [11], [2], [77], 14)]], True)
+                [_lora([None], [7], [5], [40], 13), _lora(["e"], [11], [2], [77], 14)]], True, True)
 # csgmv (SGLang's default LoRA backend) with a pool of two slots: the base model and one adapter, so the second
 # batch's adapter evicts the first's
 LORA_CSGMV_EVICTING = (PADDED_BETWEEN_SIZES[0], "csgmv", 2,
@@ -714,10 +719,10 @@ LORA_TORCH_NATIVE = (PADDED_BETWEEN_SIZES[0], "torch_native", 3,
 def run_lora(drawn, record="real_models_lora"):
     from harness.targets.decode.real_lora import RealLoRATarget, Serving, check_lora_replays
 
-    case, backend, max_loras, groups, *embeddings = drawn
-    embeddings = bool(embeddings and embeddings[0])
+    case, backend, max_loras, groups, *settings = drawn  # then whether "e" is served, whether the LM head is tied
+    embeddings, tied = (bool(len(settings) > i and settings[i]) for i in (0, 1))
     with example(record, family="dense", lora_backend=backend, max_loras_per_batch=max_loras,
-                 record_nolora_graph=case.record_nolora_graph, lora_embeddings=embeddings,
+                 record_nolora_graph=case.record_nolora_graph, lora_embeddings=embeddings, lora_tied=tied,
                  **_to_drawn(case, groups)) as ex:
         device = get_device("cpu")
         device.reset()
@@ -726,7 +731,7 @@ def run_lora(drawn, record="real_models_lora"):
             mark = counter.mark()
             try:
                 target = RealLoRATarget(case, family="dense", hooks=hooks,
-                                        serving=Serving(backend, max_loras, embeddings=embeddings))
+                                        serving=Serving(backend, max_loras, embeddings=embeddings, tied=tied))
             except PathMissing as missing:
                 pytest.skip(str(missing))
             captured = counter.since(mark)["num_graphs_captured"]
@@ -763,8 +768,8 @@ def test_findings_torch_native_lora_misreads_lower_rank_adapter(device, monkeypa
     from harness.targets.decode import real_lora
 
     monkeypatch.setattr(real_lora, "HOLD_TORCH_NATIVE_LOWER_RANK", True)
-    case, _, _, groups, embeddings = LORA_TRITON
-    run_lora((case, "torch_native", 3, groups, embeddings), record="real_models_findings")
+    case, _, _, groups, *settings = LORA_TRITON
+    run_lora((case, "torch_native", 3, groups, *settings), record="real_models_findings")
 
 
 # -- input_embeds: prompts sent as embeddings ----------------------------------------------------------------------
@@ -979,7 +984,7 @@ def replay_case(drawn: dict) -> None:
             logprobs = drawn.get("logprobs") or [[None] * len(b) for b in batches]  # ... and before logprobs
             running = [tuple(tuple(p) for p in r) for r in drawn.get("running") or [[]] * len(batches)]  # ... mixing
             lora = (drawn["lora_backend"], drawn["max_loras_per_batch"], drawn["adapters"],
-                    bool(drawn.get("lora_embeddings"))) if "adapters" in drawn else None
+                    bool(drawn.get("lora_embeddings")), bool(drawn.get("lora_tied"))) if "adapters" in drawn else None
             run_prefill(family, (tuple(drawn["capture_tokens"]), batches, chunks, logprobs, running),
                         deterministic=bool(drawn.get("deterministic")), suite="real_models_lora" if lora else None,
                         lora=lora)
@@ -1012,7 +1017,7 @@ def replay_case(drawn: dict) -> None:
                   for group in drawn["groups"]]
         with get_device("cpu").install("cuda"):
             run_lora((case, drawn["lora_backend"], drawn["max_loras_per_batch"], groups,
-                      bool(drawn.get("lora_embeddings"))))
+                      bool(drawn.get("lora_embeddings")), bool(drawn.get("lora_tied"))))
         return
     suite = "real_models"
     if drawn.get("spec"):  # a verify example (test_real_model_target_verify_matches_eager)

@@ -190,8 +190,8 @@ def lora_device(device_name, personality):
 def lora_servings(draw):
     """A LoRA server's settings: `--lora-backend` and `--max-loras-per-batch` (narrowed by `python -m harness repro`
     to a log's where they fall here), whether "e" (the token embedding and the LM head) is among `--lora-paths`,
-    `--max-lora-rank` (inferred, or 8: past "wide"'s), `--lora-target-modules all`, and
-    `--enable-lora-overlap-loading`."""
+    `--max-lora-rank` (inferred, or 8: past "wide"'s), `--lora-target-modules all`,
+    `--enable-lora-overlap-loading`, and a checkpoint whose LM head is tied to its embedding."""
     from harness.targets.decode.real_lora import Serving
 
     backend = draw(narrow("lora_backend", st.sampled_from(LORA_BACKENDS), domain=LORA_BACKENDS).filter(
@@ -201,7 +201,8 @@ def lora_servings(draw):
     return Serving(backend, max_loras, embeddings=draw(st.booleans(), label="embeddings"),
                    max_lora_rank=draw(st.sampled_from([None, 8]), label="max_lora_rank"),
                    all_targets=draw(st.booleans(), label="all_targets"),
-                   overlap_loading=draw(st.booleans(), label="overlap_loading"))
+                   overlap_loading=draw(st.booleans(), label="overlap_loading"),
+                   tied=draw(st.booleans(), label="tied"))
 
 
 class LoRAServerLifetime(RuleBasedStateMachine):

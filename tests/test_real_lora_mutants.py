@@ -21,6 +21,10 @@ decode model serves LoRA through a double of the manager, so none of these can s
   `lora_embedding_B` key, so the embedding adapter's B stays zero in its slot; replay and eager agree,
   `lora-reference` fails for "e"'s requests.
 - lm_head_lora_skipped: `ParallelLMHeadWithLoRA.forward` always takes the base path: `lora-reference` fails for "e".
+- untied_lm_head_off_the_shared_weight: on a tied checkpoint SGLang unties the LM head (a `ParallelLMHead` on the
+  embedding's base weight) so it gets LoRA layers of its own; built without that weight, every request's logits are
+  wrong (`lora-reference`). Leaving the head tied instead trips SGLang's own assertion as the pool loads "e"'s
+  lm_head weights ("Failed to load lm_head LoRA weight"), a crash the record keeps.
 - prefill_chunks_routed_to_the_first_adapter: the Triton LoRA backend's prefill-graph path fills its static sgemm
   routing (`prefill_cuda_graph_sgemm_batch_info.weight_indices`) with the first chunk's adapter for every chunk.
   Eager of an eligible batch reads the same static routing, so replay and eager agree; `lora-reference` fails for
@@ -75,13 +79,13 @@ BASE_ONLY = [[batch(["a", None], [9, 4], [4, 2], [5, 90], 7), batch([None, None]
 
 
 def run_case(groups, backend: str = "triton", max_loras: int = 3, record_nolora_graph: bool = False,
-             embeddings: bool = False) -> int:
+             embeddings: bool = False, tied: bool = False) -> int:
     import dataclasses
 
     from harness.targets.decode.real_lora import RealLoRATarget, Serving, check_lora_replays
 
     case = dataclasses.replace(CASE, record_nolora_graph=record_nolora_graph)
-    target = RealLoRATarget(case, serving=Serving(backend, max_loras, embeddings=embeddings))
+    target = RealLoRATarget(case, serving=Serving(backend, max_loras, embeddings=embeddings, tied=tied))
     return check_lora_replays(target, groups)
 
 
@@ -97,6 +101,27 @@ def test_clean_sglang_passes_the_lora_check(device, backend):
 
 def test_clean_sglang_passes_the_embedding_lora_check(device):
     assert run_case(EMBEDDING, embeddings=True) == 4
+
+
+def test_clean_sglang_passes_the_tied_lm_head_lora_check(device):
+    assert run_case(EMBEDDING, embeddings=True, tied=True) == 4
+
+
+def test_untied_lm_head_off_the_shared_weight_fails_for_every_request(device, monkeypatch):
+    """The untied LM head must share the embedding's base weight: left at its construction values (uninitialised
+    memory), every request's logits are wrong, the base model's included; garbage that holds NaN may also make
+    replay and eager disagree, which fails first."""
+    from sglang.srt.lora.lora_manager import LoRAManager
+
+    mutate(monkeypatch, LoRAManager, "init_lora_modules", "untied_lm_head.weight = embed_tokens.weight",
+           "pass")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(EMBEDDING, embeddings=True, tied=True)
+    if failure.value.oracle == "eager-equality":
+        assert "replay differs from eager" in failure.value.diagnosis
+    else:
+        assert failure.value.oracle == "lora-reference"
+        assert "served with no adapter (the base model), its logits differ" in failure.value.diagnosis
 
 
 def test_embedding_lora_b_never_loaded_fails_for_the_embedding_adapter(device, monkeypatch):

@@ -9,7 +9,10 @@ modules, so SGLang's memory pool pads the smaller rank to the largest and leaves
 `merged_model(family, name)` is the reference: by PEFT's definition an adapter changes each targeted weight to
 W + (lora_alpha / r) * B @ A, so the merged checkpoint (that arithmetic done on transformers' weights, under their
 HF names) loaded by SGLang's own loader into the family's plain class computes, with no LoRA code at all, what a
-request using the adapter must get. `merged_model(family, None)` is the base checkpoint itself.
+request using the adapter must get. `merged_model(family, None)` is the base checkpoint itself. With `tied` (a base
+checkpoint whose LM head is its token embedding) the merged checkpoint is untied: an adapter's `lm_head` and
+`embed_tokens` deltas are two (PEFT keeps them apart, and SGLang gives the LM head LoRA layers of its own by untying
+it onto the shared base weight).
 """
 from __future__ import annotations
 
@@ -67,12 +70,24 @@ LORA_FAMILIES = ("dense",)  # families whose SGLang class serves LoRA on the Tri
 A_RANGE = 0.3  # lora_A and lora_B entries: uniform over +-A_RANGE (a delta of the base weights' order)
 
 
-def _targeted(family: str, adapter: Adapter) -> dict[str, torch.Size]:
-    """HF weight name -> shape, for every weight of the family's checkpoint the adapter targets."""
+def checkpoint_weights(family: str, tied: bool | None = None) -> dict[str, torch.Tensor]:
+    """The weights of `transformers_reference.checkpoint` as saved, under the names a checkpoint carries (an MoE's
+    experts one by one, `experts.{e}.gate_proj.weight`, where transformers holds them fused), a tied LM head
+    spelled out."""
+    from safetensors.torch import load_file
+
     from harness.models.real.transformers_reference import checkpoint
 
-    _, model = checkpoint(family)
-    return {name: p.shape for name, p in model.named_parameters()
+    folder, model = checkpoint(family, tied)
+    state = load_file(os.path.join(folder, "model.safetensors"))
+    if model.config.tie_word_embeddings and "lm_head.weight" not in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    return state
+
+
+def _targeted(family: str, adapter: Adapter) -> dict[str, torch.Size]:
+    """HF weight name -> shape, for every weight of the family's checkpoint the adapter targets."""
+    return {name: w.shape for name, w in checkpoint_weights(family).items()
             if name.endswith(".weight") and name.split(".")[-2] in adapter.modules}
 
 
@@ -130,31 +145,28 @@ def adapter_folder(family: str, name: str) -> str:
 
 
 @functools.cache
-def merged_checkpoint(family: str, name: str | None) -> str:
-    """A checkpoint folder of the family's transformers weights with adapter `name` merged in (W + s * B @ A);
-    None: the base checkpoint."""
+def merged_checkpoint(family: str, name: str | None, tied: bool | None = None) -> str:
+    """A checkpoint folder of the family's transformers weights (`tied`: as `transformers_reference.checkpoint`)
+    with adapter `name` merged in (W + s * B @ A); None: the base checkpoint. A tied base merges untied."""
     from safetensors.torch import save_file
 
     from harness.models.real.transformers_reference import checkpoint
 
-    folder, model = checkpoint(family)
     if name is None:
-        return folder
+        return checkpoint(family, tied)[0]
     scaling = adapter_spec(name).scaling
-    state = {key: value.clone() for key, value in model.state_dict().items()}
+    state = checkpoint_weights(family, tied)  # a tied pair: two copies
     for weight, (a, b) in adapter_weights(family, name).items():
         state[weight] += scaling * (b @ a)
     merged = tempfile.mkdtemp(prefix=f"harness-merged-{family}-{name}-")
-    shared = {k for k in state if k == "lm_head.weight" and model.config.tie_word_embeddings}
-    save_file({k: v.contiguous() for k, v in state.items() if k not in shared},
-              os.path.join(merged, "model.safetensors"))
-    write_config(FAMILIES[family], merged)
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(merged, "model.safetensors"))
+    write_config(FAMILIES[family], merged, tie_word_embeddings=False)
     return merged
 
 
 @functools.cache
-def merged_model(family: str, name: str | None) -> RealModel:
+def merged_model(family: str, name: str | None, tied: bool | None = None) -> RealModel:
     """SGLang's plain class for `family` (no LoRA layers) loaded by SGLang's loader from `merged_checkpoint`."""
     from harness.models.real.transformers_reference import load_sglang
 
-    return load_sglang(family, merged_checkpoint(family, name))
+    return load_sglang(family, merged_checkpoint(family, name, tied))

@@ -119,6 +119,11 @@ class Serving:
     max_lora_rank: int | None = None  # --max-lora-rank (None: SGLang infers it from --lora-paths)
     all_targets: bool = False  # --lora-target-modules all (else SGLang infers the targets from --lora-paths)
     overlap_loading: bool = False  # --enable-lora-overlap-loading (adapters copied in on a load stream)
+    tied: bool = False  # a base checkpoint with tie_word_embeddings: SGLang unties its LM head for lm_head LoRA
+
+    def base(self) -> bool | None:
+        """The `tied` argument of the base checkpoint and merged references (None: the family's own config)."""
+        return True if self.tied else None
 
     def startup(self) -> tuple[str, ...]:
         """The adapters of `--lora-paths`: "a" and "b", and "e" (embed_tokens and lm_head) with `embeddings`."""
@@ -182,7 +187,7 @@ class Serving:
             from harness.models.real.lora import merged_checkpoint
             from harness.models.real.transformers_reference import load_sglang
 
-            _SERVED[self] = (load_sglang(self.family, merged_checkpoint(self.family, None)), None)
+            _SERVED[self] = (load_sglang(self.family, merged_checkpoint(self.family, None, self.base())), None)
         return _SERVED[self][0]
 
     def stop(self) -> None:
@@ -318,7 +323,8 @@ def check_against_merged(target: RealLoRATarget, batch: DecodeBatch, got, before
     def merged(adapter):
         target.pools.restore(before)
         return target.run_eager(target.forward_batch(plain), target.eager_attn_backend,
-                                forward=merged_model(target.family, target.weights.get(adapter)).model.forward
+                                forward=merged_model(target.family, target.weights.get(adapter),
+                                                     target.serving.base()).model.forward
                                 ).next_token_logits
 
     return hold_to_merged(got, batch.lora_ids, merged, serving=target.serving, where=where,

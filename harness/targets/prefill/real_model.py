@@ -252,7 +252,8 @@ def _check_against_merged(target, scheduler, batch, got, adapters, where: str) -
     def merged(adapter):
         target.pools.restore(after)
         return target.run_eager(scheduler.forward_batch(batch), target.eager_attn_backend,
-                                forward=merged_model(target.family, adapter).model.forward).next_token_logits
+                                forward=merged_model(target.family, adapter, target.lora.base()).model.forward
+                                ).next_token_logits
 
     hold_to_merged(got, adapters, merged, serving=target.lora, where=where)
     target.pools.restore(after)
