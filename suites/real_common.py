@@ -44,14 +44,10 @@ def real_cases(draw):
 
 
 @st.composite
-def draft_examples(draw):
-    """An EAGLE draft case (2 or 3 steps, 1 or 2 branches a step; a tree's draft-token budget drawn within what its
-    steps score), maybe under `--enable-deterministic-inference` (a split tile), and replays of each size: two draft
-    batches (per request its committed prefix, pool row, the target's top-k tokens and probabilities, the seed of
-    its cache and hidden state), then two draft extends (per request its prefix before the verify window, the
-    window's tokens, how many the verify accepted)."""
-    from harness.targets.decode.eagle_draft import DraftBatch, DraftExtendBatch
-
+def draft_cases(draw):
+    """An EAGLE draft worker's settings: 2 or 3 steps, 1 or 2 branches a step (a tree's draft-token budget drawn
+    within what its steps score), maybe rejection sampling (top-k 1), capture sizes, and maybe
+    `--enable-deterministic-inference` (a split tile). Returns (case, tile)."""
     # narrowed by `python -m harness repro` to a launch command's --speculative-num-steps / -eagle-topk /
     # -num-draft-tokens where they fall in these ranges
     steps = draw(narrow("speculative_num_steps", st.integers(2, 3), domain=range(2, 4)), label="draft steps")
@@ -68,30 +64,51 @@ def draft_examples(draw):
     # --enable-deterministic-inference's split tile; not beside rejection sampling, whose seeded proposal SGLang
     # refuses off CUDA (a hash kernel of sgl_kernel's)
     tile = None if sampling else draw(st.sampled_from([None, 16, 64]), label="split tile")
-    vocab = FAMILIES["dense"].config["vocab_size"]
+    return case, tile
+
+
+@st.composite
+def draft_batches(draw, case, size: int):
+    """A draft batch of `size` requests: per request its committed prefix, pool row, the target's top-k tokens and
+    probabilities, the seed of its cache and hidden state (and its sampling under rejection sampling)."""
+    from harness.targets.decode.eagle_draft import DraftBatch
+
+    topk, vocab = case.spec.topk, FAMILIES["dense"].config["vocab_size"]
     probability = st.floats(0.01, 1.0, allow_nan=False)
+    return DraftBatch(
+        seq_lens=draw(st.lists(st.integers(1, MAX_SEQ_LEN), min_size=size, max_size=size)),
+        pool_rows=list(draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]),
+        topk_index=[draw(st.lists(st.integers(0, vocab - 1), min_size=topk, max_size=topk, unique=True))
+                    for _ in range(size)],
+        topk_p=[sorted(draw(st.lists(probability, min_size=topk, max_size=topk)), reverse=True) for _ in range(size)],
+        seed=draw(st.integers(0, 2 ** 16)), **(draw(sampling_params(size)) if case.spec.rejection_sampling else {}))
+
+
+@st.composite
+def extend_batches(draw, case, size: int):
+    """The draft extend after a verify of `size` requests: per request its prefix before the verify window, the
+    window's tokens, how many the verify accepted (at most the tree's depth plus the bonus token, never past its
+    window)."""
+    from harness.targets.decode.eagle_draft import DraftExtendBatch
+
+    spec, vocab = case.spec, FAMILIES["dense"].config["vocab_size"]
+    drafts = spec.num_draft_tokens
+    return DraftExtendBatch(
+        prefixes=draw(st.lists(st.integers(1, MAX_SEQ_LEN - drafts), min_size=size, max_size=size)),
+        pool_rows=list(draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]),
+        tokens=[draw(st.lists(st.integers(0, vocab - 1), min_size=drafts, max_size=drafts)) for _ in range(size)],
+        accepted=draw(st.lists(st.integers(1, min(spec.num_steps + 1, drafts)), min_size=size, max_size=size)),
+        seed=draw(st.integers(0, 2 ** 16)))
+
+
+@st.composite
+def draft_examples(draw):
+    """An EAGLE draft case (`draft_cases`) and replays of each size: two draft batches, then two draft extends."""
+    case, tile = draw(draft_cases())
     groups = []
     for size in draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes"):
-        group = []
-        for _ in range(2):
-            group.append(DraftBatch(
-                seq_lens=draw(st.lists(st.integers(1, MAX_SEQ_LEN), min_size=size, max_size=size)),
-                pool_rows=list(draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]),
-                topk_index=[draw(st.lists(st.integers(0, vocab - 1), min_size=topk, max_size=topk, unique=True))
-                            for _ in range(size)],
-                topk_p=[sorted(draw(st.lists(probability, min_size=topk, max_size=topk)), reverse=True)
-                        for _ in range(size)],
-                seed=draw(st.integers(0, 2 ** 16)), **(draw(sampling_params(size)) if sampling else {})))
-        for _ in range(2):  # then the draft extend after a verify: the window of each request, how much it kept
-            group.append(DraftExtendBatch(
-                prefixes=draw(st.lists(st.integers(1, MAX_SEQ_LEN - drafts), min_size=size, max_size=size)),
-                pool_rows=list(draw(st.permutations(range(1, MAX_REQUESTS + 1)))[:size]),
-                tokens=[draw(st.lists(st.integers(0, vocab - 1), min_size=drafts, max_size=drafts))
-                        for _ in range(size)],
-                # a verify accepts at most the tree's depth plus the bonus token, and never past its window
-                accepted=draw(st.lists(st.integers(1, min(steps + 1, drafts)), min_size=size, max_size=size)),
-                seed=draw(st.integers(0, 2 ** 16))))
-        groups.append(group)
+        groups.append([draw(draft_batches(case, size)) for _ in range(2)] +
+                      [draw(extend_batches(case, size)) for _ in range(2)])
     return case, groups, tile
 
 
@@ -145,11 +162,10 @@ REJECTION_SAMPLING_DRAFT = (
                   tokens=[[1, 2, 3, 4], [6, 7, 8, 9], [11, 12, 13, 14]])]], None)
 
 
-def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
-    """Capture the draft worker's graphs (SGLang's runner classes for `personality`), then check each drawn batch;
-    each replay is watched for compiles (`eagle_draft._no_compile`), the eager references are not."""
-    from harness.targets.decode.eagle_draft import DraftExtendBatch, EagleDraftTarget, check_draft_replay, \
-        check_extend_replay
+def capture_draft(ex, case, split_tile=None, personality="cuda"):
+    """The draft worker of `case` (SGLang's runner classes for `personality`), its graphs captured: a draft decode
+    (two under rejection sampling: greedy and sampling) and a draft extend graph a size, with grad off throughout."""
+    from harness.targets.decode.eagle_draft import EagleDraftTarget
 
     get_device("cpu").reset()
     mark = counter.mark()
@@ -157,7 +173,6 @@ def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
         target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
     grad.check(target.model)
     captured = counter.since(mark)["num_graphs_captured"]
-    # a draft decode and a draft extend graph a size; under rejection sampling two draft decodes (greedy, sampling)
     decodes = 2 if case.spec.rejection_sampling else 1
     expected = (decodes + 1) * len(target.capture_bs)
     if captured != expected:
@@ -166,16 +181,31 @@ def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
                             f"{expected}", captured=captured, capture_bs=target.capture_bs)
     ex.note("capture_bs", target.capture_bs)
     ex.note("capture_seconds", round(target.capture_seconds, 3))
+    return target
+
+
+def check_draft_item(target, batch, where: str) -> None:
+    """One draft or draft-extend batch replayed on `target`'s graphs and held to eager (`check_draft_replay`,
+    `check_extend_replay`); `where`: its place in the run."""
+    from harness.targets.decode.eagle_draft import DraftExtendBatch, check_draft_replay, check_extend_replay
+
+    if isinstance(batch, DraftExtendBatch):
+        check_extend_replay(target, batch, f"draft extend replay {where} (batch of {batch.batch_size}, prefixes "
+                            f"{batch.prefixes}, accepted {batch.accepted})")
+    else:
+        check_draft_replay(target, batch, f"draft replay {where} (batch of {batch.batch_size}, seq_lens "
+                           f"{batch.seq_lens}, pool rows {batch.pool_rows})")
+
+
+def run_draft(ex, case, groups, split_tile=None, personality="cuda"):
+    """Capture the draft worker's graphs, then check each drawn batch; each replay is watched for compiles
+    (`eagle_draft._no_compile`), the eager references are not."""
+    target = capture_draft(ex, case, split_tile, personality)
     ex.note("replayed", [(mode, group[0].batch_size) for group in groups for mode in ("DRAFT_DECODE",
                                                                                       "DRAFT_EXTEND_V2")])
     for step, group in enumerate(groups):
         for which, batch in enumerate(group):
-            if isinstance(batch, DraftExtendBatch):
-                check_extend_replay(target, batch, f"draft extend replay {step}.{which} (batch of "
-                                    f"{batch.batch_size}, prefixes {batch.prefixes}, accepted {batch.accepted})")
-            else:
-                check_draft_replay(target, batch, f"draft replay {step}.{which} (batch of {batch.batch_size}, "
-                                   f"seq_lens {batch.seq_lens}, pool rows {batch.pool_rows})")
+            check_draft_item(target, batch, f"{step}.{which}")
 
 
 def draft_to_drawn(case, groups, tile) -> dict:

@@ -22,7 +22,12 @@ The LoRA machine (`TestLoRAServerLifetime`) does the same for a LoRA server (`ha
 one capture, then adapters loaded (by folder or from tensors, pinned or not), unloaded and loaded again between
 decode batches on whatever is served, each step held to `lora-lifecycle` and each admitted batch to eager and to
 its adapters' merged models. The gate always plays `pinned_lifetime` beside it (the machine's first draws are the
-simplest)."""
+simplest).
+
+The draft machine (`TestDraftWorkerLifetime`, beyond the gate) does the same for an EAGLE draft worker
+(`harness.targets.decode.eagle_draft`): its draft decode and draft extend graphs captured once at drawn speculative
+settings, then draft steps and draft extends after verifies that accepted drawn lengths, at sizes growing and
+shrinking, each held to eager on the worker every earlier step left (`check_draft_replay`, `check_extend_replay`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +47,9 @@ from harness.targets.decode import real_model, scheduled, served
 from harness.targets.decode.base import DecodeCase
 from harness.targets.decode.real_lora import LORA_BACKENDS, lora_missing
 from harness.targets.decode.scheduled import Admit, Decode, Finish, Mix, ProgramPlayer
-from suites.real_common import lora_program_to_drawn, real_cases, run_lora_program, served_program_to_drawn, \
-    staged_batch, start_lora_server, start_served
+from suites.real_common import capture_draft, check_draft_item, draft_batches, draft_cases, draft_to_drawn, \
+    extend_batches, lora_program_to_drawn, real_cases, run_lora_program, served_program_to_drawn, staged_batch, \
+    start_lora_server, start_served
 
 MAX_PROMPT = 12
 PROMPT = st.lists(st.integers(0, min(f.config["vocab_size"] for f in FAMILIES.values()) - 1), min_size=1,
@@ -315,3 +321,72 @@ def test_lora_server_pinned_lifetime(lora_device):
                  **lora_program_to_drawn(case, serving, program)) as ex:
         run_lora_program(ex, case, serving, program)
 
+
+
+# -- an EAGLE draft worker's lifetime: draft steps and draft extends on the graphs captured at its start ----------
+@pytest.fixture(scope="module")
+def draft_device(device_name, personality):
+    """The draft worker on the cpu virtual device, beyond the gate: its capture (about 8 s) is the gate's explicit
+    draft example's, which holds the same checks on four batches (`test_eagle_draft_replays_match_eager`)."""
+    if device_name != "cpu" or personality != "cuda":
+        pytest.skip(f"the draft worker runs on the cpu virtual device under the cuda personality, not "
+                    f"{device_name}/{personality}: its Triton kernels run by Triton's CPU interpreter")
+    if settings.get_current_profile_name() == "gate":
+        pytest.skip("the draft worker's lifetime runs in the nightly profile (--profile nightly)")
+    from harness.targets.decode.eagle_draft import draft_missing
+
+    try:
+        real_model.load()
+    except PathMissing as missing:
+        pytest.skip(str(missing))
+    reason = draft_missing()
+    if reason:
+        pytest.skip(reason)
+    found = get_device(device_name)
+    with found.install(personality):
+        yield found
+
+
+class DraftWorkerLifetime(RuleBasedStateMachine):
+    """See the module docstring: one capture at `draft_cases` settings, then drawn steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.case, self.tile, self.target, self.program = None, None, None, []
+
+    def _example(self, rule: str):
+        return example("real_models_draft", family="eagle", rule=rule,
+                       **draft_to_drawn(self.case, [self.program], self.tile))
+
+    @initialize(drawn=draft_cases())
+    def start(self, drawn):
+        self.case, self.tile = drawn
+        with self._example("start") as ex:
+            self.target = capture_draft(ex, self.case, self.tile)
+
+    def _play(self, batch, rule: str) -> None:
+        self.program.append(batch)
+        with self._example(rule):
+            check_draft_item(self.target, batch, f"step {len(self.program) - 1}")
+
+    @precondition(lambda self: self.target is not None)
+    @rule(data=st.data())
+    def draft(self, data):
+        """A draft step of a drawn batch size (the next may be wider or narrower)."""
+        size = data.draw(st.integers(1, max(self.case.capture_bs)), label="batch size")
+        self._play(data.draw(draft_batches(self.case, size), label="draft batch"), "draft")
+
+    @precondition(lambda self: self.target is not None)
+    @rule(data=st.data())
+    def extend(self, data):
+        """The draft extend after a verify of a drawn batch size, each request accepting a drawn length."""
+        size = data.draw(st.integers(1, max(self.case.capture_bs)), label="batch size")
+        self._play(data.draw(extend_batches(self.case, size), label="extend batch"), "extend")
+
+
+# nightly: 7 machines of up to 30 steps (past the 200 steps a served stack the issue asks for)
+DRAFT_MACHINE_SETTINGS = settings(suite_settings(gate_examples=1, shrink_in_gate=False), deadline=None,
+                                  **({"stateful_step_count": 30, "max_examples": 7} if NIGHTLY else
+                                     {"stateful_step_count": 8}))
+TestDraftWorkerLifetime = pytest.mark.usefixtures("draft_device")(
+    type("TestDraftWorkerLifetime", (DraftWorkerLifetime.TestCase,), {"settings": DRAFT_MACHINE_SETTINGS}))

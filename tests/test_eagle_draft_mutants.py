@@ -269,3 +269,24 @@ def test_greedy_variant_captured_sampling_fails_naming_the_output(device, monkey
     assert failure.value.oracle == "eager-equality"
     assert "draft replay 0" in failure.value.diagnosis
     assert "draft_probs" in failure.value.diagnosis
+
+
+def test_draft_machine_finds_stale_padded_extend_writes_by_itself(device, monkeypatch):
+    """The draft worker's lifetime machine (`suites/test_server_lifetime.py`), given no hand-written history: under
+    padded_extend_writes_left_stale it must reach a padded draft extend after a wider one on its own (drawn sizes,
+    a fixed seed) and fail `eager-equality` naming the KV slots; the same machine passes on clean SGLang (the
+    nightly's run of it)."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+    from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+
+    from suites.test_server_lifetime import DraftWorkerLifetime
+
+    mutate(monkeypatch, EAGLEDraftExtendCudaGraphRunner, "execute", "buffers.out_cache_loc.zero_()\n", "pass\n")
+    searched = settings(max_examples=6, stateful_step_count=10, derandomize=True, database=None, deadline=None,
+                        phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    with pytest.raises(OracleFailure) as failure:
+        run_state_machine_as_test(DraftWorkerLifetime, settings=searched)
+    assert failure.value.oracle == "eager-equality"
+    assert "draft extend replay step" in failure.value.diagnosis
+    assert "differs at KV slot(s)" in failure.value.diagnosis
