@@ -586,9 +586,10 @@ def prefill_lora_examples(draw):
 # the padded example on a LoRA server of the Triton LoRA backend: the mixed batch's prompts on "a" and no adapter,
 # the chunked one's on "b", "a", "b" (the cached chunk prefilled with "b"), the third refused
 PREFILL_LORA = (PREFILL_PADDED, ("triton", 3, [["a", None], ["b", "a", "b"], ["a", "a"]]))
-# ... on a server started with "e" (LoRA on the token embedding and the LM head): the chunked batch's prompts on
-# "e", "a" and "b", with input logprobs (the LM head's LoRA over more rows than the last token's)
-PREFILL_LORA_EMBEDDINGS = (PREFILL_PADDED, ("triton", 3, [["a", None], ["e", "a", "b"], ["e", "e"]], True))
+# ... on a server started with "e" (LoRA on the token embedding and the LM head) on a tied checkpoint (the server
+# LORA_TRITON decodes on): the chunked batch's prompts on "e", "a" and "b", with input logprobs (the LM head's LoRA
+# over more rows than the last token's)
+PREFILL_LORA_EMBEDDINGS = (PREFILL_PADDED, ("triton", 3, [["a", None], ["e", "a", "b"], ["e", "e"]], True, True))
 
 
 @suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
