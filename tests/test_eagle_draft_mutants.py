@@ -37,6 +37,9 @@ worker, its multi-step backend or its runner: only this target can see them.
 - greedy_variant_captured_sampling (rejection sampling): `capture_one_shape` captures the greedy variant with the
   batch's sampling on, so the greedy graph draws a proposal distribution eager never builds: `eager-equality` names
   `draft_probs`.
+- padded_field_not_handed_back: `EAGLEDraftCudaGraphRunner.execute`, after a padded replay, no longer points the
+  batch's `positions` (or `seq_lens`) back at the raw rows: the caller gets the padded view; `batch-consistency`
+  names the field and both shapes (the draft tree itself is right, so nothing else sees it).
 - eager_draft_rails_one_step_short: `TritonMultiStepDraftBackend.common_template` slices each step's
   `kv_indices` for one step fewer (`draft_kv_indices_used_len(..., i)`), which only the eager path reads (the graph
   reads its static buffer whole): `draft-rails` names the eager backend's indices of the branch cut short.
@@ -131,6 +134,22 @@ def test_padded_draft_writes_left_stale_fail_naming_the_slots(device, monkeypatc
     assert failure.value.oracle == "eager-equality"
     assert "draft replay 1" in failure.value.diagnosis
     assert "differs at KV slot(s)" in failure.value.diagnosis
+
+
+@pytest.mark.parametrize("field, restore, padded, raw", [
+    ("positions", "forward_batch.positions = buffers.positions[:raw_num_token]\n", "(6,)", "(4,)"),
+    ("seq_lens", "forward_batch.seq_lens = buffers.seq_lens[:raw_bs]\n", "(3,)", "(2,)")])
+def test_padded_field_not_handed_back_fails_naming_it(device, monkeypatch, field, restore, padded, raw):
+    """Both survivors of `mutate --seed 4409` (lines 756 and 757 of 0.5.23's runner): the draft tree is right."""
+    from sglang.srt.speculative.eagle_draft_cuda_graph_runner import EAGLEDraftCudaGraphRunner
+
+    mutate(monkeypatch, EAGLEDraftCudaGraphRunner, "execute", restore, "pass\n")
+    with pytest.raises(OracleFailure) as failure:
+        run_case()
+    assert failure.value.oracle == "batch-consistency"
+    assert f"draft replay 1: after the runner's execute the batch's `{field}` is {padded} rows" in \
+        failure.value.diagnosis
+    assert f"where the raw batch handed in was {raw} rows" in failure.value.diagnosis
 
 
 def test_eager_draft_rails_one_step_short_fail_naming_the_branch(device, monkeypatch):

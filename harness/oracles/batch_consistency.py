@@ -174,3 +174,35 @@ def checking(ex) -> Iterator[None]:
         ex.note("batch_consistency", {"hand_offs": watch.checked})
     if watch.first is not None:
         raise watch.first
+
+
+RESTORED = ("batch_size", "positions", "seq_lens", "req_pool_indices", "out_cache_loc", "extend_seq_lens",
+            "mrope_positions")
+
+
+def raw_fields(batch) -> dict:
+    """The fields of `batch` a runner pads in place and must hand back (`RESTORED`): copies, before its replay."""
+    kept = {}
+    for name in RESTORED:
+        value = getattr(batch, name, None)
+        kept[name] = value.clone() if hasattr(value, "clone") else value
+    return kept
+
+
+def check_restored(kept: dict, batch, where: str) -> None:
+    """After a runner's `execute` returns, the caller's batch is the raw batch again: every field of `kept`
+    (`raw_fields` before the replay) has its shape and values back. A runner pads a batch by pointing its fields at
+    the static buffers' padded rows; what it forgets to point back reaches the caller (the scheduler's next step,
+    the verify) at the padded size."""
+    for name, before in kept.items():
+        after = getattr(batch, name, None)
+        if hasattr(before, "shape") and hasattr(after, "shape"):
+            same = before.shape == after.shape and bool((before.cpu() == after.cpu()).all())
+            said = f"{tuple(after.shape)} rows {_values(after)[:12]}"
+            was = f"{tuple(before.shape)} rows {_values(before)[:12]}"
+        else:
+            same, said, was = before == after, repr(after), repr(before)
+        if not same:
+            raise OracleFailure(ORACLE, f"{where}: after the runner's execute the batch's `{name}` is {said}, where "
+                                f"the raw batch handed in was {was}: the padded view was not handed back",
+                                field=name)

@@ -103,8 +103,8 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "harness/oracles/stream_order.py",
            ("test_capture_legality.py", "test_legality_mutants.py", "test_overlap_barrier.py")),
     Oracle("batch-consistency", "every batch a runner hands an attention backend agrees with itself: per-request "
-           "rows, seq_lens_sum, the host mirror, token and extend counts", "harness/oracles/batch_consistency.py",
-           ("test_batch_consistency.py",)),
+           "rows, seq_lens_sum, the host mirror, token and extend counts; a padded batch comes back raw",
+           "harness/oracles/batch_consistency.py", ("test_batch_consistency.py", "test_eagle_draft_mutants.py")),
     Oracle("capture-context", "a layer is told it is capturing exactly while the device captures, where the path "
            "promises it, and never while the harness serves; a fused op is in torch.compile mode whenever a "
            "non-eager compile traces it, and never while the harness serves", "harness/oracles/capture_context.py",

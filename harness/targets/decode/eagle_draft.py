@@ -46,7 +46,7 @@ import torch
 
 from harness.errors import HarnessError, PathMissing
 from harness.models.real import DRAFT_FAMILIES, build_family, missing_family
-from harness.oracles import OracleFailure, graph_key
+from harness.oracles import OracleFailure, batch_consistency, graph_key
 from harness.oracles.npu_graph_update import expected_draft_updates, expected_extend_updates
 from harness.targets.decode.base import DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, kernels
@@ -453,10 +453,12 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
     fb = target.draft_forward_batch(batch, out_cache_loc)
     rejection_sampling = target.case.spec.rejection_sampling
     samples = rejection_sampling and not batch.all_greedy  # the proposal is drawn: the same RNG stream for both
+    raw = batch_consistency.raw_fields(fb)
     with _updates_checked(target.runner, lambda padded: expected_draft_updates(
             batch.seq_lens, padded, target.case.spec.num_steps), batch.batch_size, f"{where}, draft decode"):
         with _seeded(batch.seed, samples):
             output = target.replay_draft(fb, before_graph=lambda: check_graph_rails(target, batch, where))
+    batch_consistency.check_restored(raw, fb, where)
     replayed = [None if t is None else t.clone() for t in output]
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
     if keys:  # where the runner's backend keeps its graphs by key (`graph_key.replay_counts`)
@@ -594,10 +596,12 @@ def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where
     select = target.select_index(batch)
     mark = counter.mark()
     window = [n + width for n in batch.prefixes]
+    fb = target.extend_forward_batch(batch, out_cache_loc)
+    raw = batch_consistency.raw_fields(fb)
     with _updates_checked(target.extend_runner, lambda padded: expected_extend_updates(window, padded),
                           batch.batch_size, f"{where}, draft extend"):
-        output = target.replay_extend(target.extend_forward_batch(batch, out_cache_loc), select,
-                                      before_graph=lambda: check_extend_graph_rails(target, batch, where))
+        output = target.replay_extend(fb, select, before_graph=lambda: check_extend_graph_rails(target, batch, where))
+    batch_consistency.check_restored(raw, fb, where)
     replayed = {"next_token_logits": output.next_token_logits.clone(), "hidden_states": output.hidden_states.clone()}
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
     after_replay = pools.snapshot()
