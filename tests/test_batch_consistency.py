@@ -2,8 +2,9 @@
 four mutants of SGLang shown to fire on the real-model suite, where the Triton backend ignores the fields they
 break (the replay still equals eager): the replay view's `seq_lens_sum` without its padded rows, its host mirror
 of seq_lens handed over unpadded, `extend_start_loc` shifted by one request, and the EAGLE draft runner's padded
-replay handing its multi-step backend (no AttentionBackend subclass) the unpadded mirror (seed 8117's survivor).
-Clean runs are the suites'."""
+replay handing its multi-step backend (no AttentionBackend subclass) the unpadded mirror (seed 8117's survivor),
+and the decode runner leaving the caller's batch on its padded `positions` buffer after a replay (the raw batch
+must come back: `check_restored`). Clean runs are the suites'."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -90,6 +91,16 @@ MUTANTS = {
         edits=[(BATCH, "    extend_start_loc[1:] = torch.cumsum(extend_seq_lens[:-1], dim=0)\n",
                 "    extend_start_loc[1:] = torch.cumsum(extend_seq_lens[1:], dim=0)\n")],
         oracle="batch-consistency", texts=["`extend_start_loc` is", "exclusive prefix sum"]),
+    # the decode runner keeping the caller's batch on its padded buffer (the bug class the draft runners' restore
+    # guards: a padded view handed back to the scheduler)
+    "decode_batch_left_padded": Mutant(
+        test=f"{REAL}::test_real_model_replay_matches_eager",
+        edits=[(RUNNER, "        if self._skips_prefilled_inputs:\n            self._prefilled_inputs = (",
+                "        forward_batch.positions = buffers.positions[:padded_num_tokens]\n"
+                "        if self._skips_prefilled_inputs:\n            self._prefilled_inputs = (")],
+        oracle="batch-consistency",
+        texts=["the decode runner's replay of a batch of", "the batch's `positions` is", "the padded view was not "
+               "handed back"]),
     "draft_mirror_left_unpadded": Mutant(
         test=f"{REAL}::test_eagle_draft_replays_match_eager",
         edits=[(DRAFT_RUNNER, "        if forward_batch.seq_lens_cpu is not None:\n            if bs != raw_bs:\n"

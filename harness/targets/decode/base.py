@@ -701,9 +701,14 @@ class DecodeTarget:
         if not self._can_run_graph(fb):
             raise RuntimeError(f"runner refuses to replay batch size {batch.batch_size} "
                                f"(captured {self.capture_bs})")
+        from harness.oracles import batch_consistency
+
         execute = getattr(self.runner, "execute", None) or self.runner.replay
+        raw = batch_consistency.raw_fields(fb)
         with self.replay_context():
-            return execute(fb)
+            output = execute(fb)
+        batch_consistency.check_restored(raw, fb, f"the decode runner's replay of a batch of {batch.batch_size}")
+        return output
 
     def eager(self, batch: DecodeBatch, forward: Callable | None = None):
         """The model's forward (or `forward`, e.g. a compiled one patch_model yielded) on the real rows, no graph,

@@ -31,7 +31,7 @@ import torch
 from harness.errors import PathMissing
 from harness.models.real import DRAFT_FAMILIES, FAMILIES, missing, sliding_window_size
 from harness.models.real.pools import Pools
-from harness.oracles import OracleFailure, logits_buffer, state_at_rest
+from harness.oracles import OracleFailure, batch_consistency, logits_buffer, state_at_rest
 from harness.oracles.eager import assert_matches_eager
 from harness.targets.decode.real_model import KV_TOKENS, _cache_difference, eager_matches_reference, kernels, \
     real_model
@@ -189,8 +189,12 @@ class RealModelPrefillTarget(v0_5_14.Target):
                 return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
 
     def replay(self, fb):
+        """The prefill runner's `execute` on `fb`; the raw batch must come back (`batch_consistency`)."""
+        raw = batch_consistency.raw_fields(fb)
         with self.scope():
-            return self.runner.execute(fb)
+            output = self.runner.execute(fb)
+        batch_consistency.check_restored(raw, fb, f"the prefill runner's replay of {fb.batch_size} request(s)")
+        return output
 
 
 def check_prefill(target: RealModelPrefillTarget, prompts, index: int, chunks=None, logprob_starts=None,
