@@ -322,7 +322,6 @@ def test_lora_server_pinned_lifetime(lora_device):
         run_lora_program(ex, case, serving, program)
 
 
-
 # -- an EAGLE draft worker's lifetime: draft steps and draft extends on the graphs captured at its start ----------
 @pytest.fixture(scope="module")
 def draft_device(device_name, personality):
