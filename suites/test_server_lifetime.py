@@ -67,21 +67,29 @@ def capacities(draw) -> DecodeCase:
     return DecodeCase(capture_bs=tuple(sorted(sizes)), max_running_requests=pool)
 
 
-@pytest.fixture(scope="module")
-def served_device(device_name, personality):
+def _stack_device(device_name: str, personality: str, stack: str, missing):
+    """The cpu virtual device under the cuda personality for a served `stack` (its Triton kernels run by Triton's
+    CPU interpreter), installed while the machines run; skips where the release lacks the real-model target or
+    `missing()` names what the stack needs."""
     if device_name != "cpu" or personality != "cuda":
-        pytest.skip(f"the served stack runs on the cpu virtual device under the cuda personality, not "
+        pytest.skip(f"{stack} runs on the cpu virtual device under the cuda personality, not "
                     f"{device_name}/{personality}: its Triton kernels run by Triton's CPU interpreter")
     try:
         real_model.load()
-    except PathMissing as missing:
-        pytest.skip(str(missing))
-    reason = served.missing() or scheduled.missing() or scheduled.mixing_missing()
+    except PathMissing as missing_path:
+        pytest.skip(str(missing_path))
+    reason = missing()
     if reason:
         pytest.skip(reason)
     found = get_device(device_name)
     with found.install(personality):
         yield found
+
+
+@pytest.fixture(scope="module")
+def served_device(device_name, personality):
+    yield from _stack_device(device_name, personality, "the served stack",
+                             lambda: served.missing() or scheduled.missing() or scheduled.mixing_missing())
 
 
 class ServerLifetime(RuleBasedStateMachine):
@@ -177,19 +185,7 @@ LOADS = [("a", "a"), ("a", "a2"), ("b", "b"), ("c", "c"), ("e", "e"), ("wide", "
 
 @pytest.fixture(scope="module")
 def lora_device(device_name, personality):
-    if device_name != "cpu" or personality != "cuda":
-        pytest.skip(f"the LoRA server runs on the cpu virtual device under the cuda personality, not "
-                    f"{device_name}/{personality}: its Triton kernels run by Triton's CPU interpreter")
-    try:
-        real_model.load()
-    except PathMissing as missing:
-        pytest.skip(str(missing))
-    reason = lora_missing("triton")
-    if reason:
-        pytest.skip(reason)
-    found = get_device(device_name)
-    with found.install(personality):
-        yield found
+    yield from _stack_device(device_name, personality, "the LoRA server", lambda: lora_missing("triton"))
 
 
 @st.composite
@@ -327,23 +323,11 @@ def test_lora_server_pinned_lifetime(lora_device):
 def draft_device(device_name, personality):
     """The draft worker on the cpu virtual device, beyond the gate: its capture (about 8 s) is the gate's explicit
     draft example's, which holds the same checks on four batches (`test_eagle_draft_replays_match_eager`)."""
-    if device_name != "cpu" or personality != "cuda":
-        pytest.skip(f"the draft worker runs on the cpu virtual device under the cuda personality, not "
-                    f"{device_name}/{personality}: its Triton kernels run by Triton's CPU interpreter")
     if settings.get_current_profile_name() == "gate":
         pytest.skip("the draft worker's lifetime runs in the nightly profile (--profile nightly)")
     from harness.targets.decode.eagle_draft import draft_missing
 
-    try:
-        real_model.load()
-    except PathMissing as missing:
-        pytest.skip(str(missing))
-    reason = draft_missing()
-    if reason:
-        pytest.skip(reason)
-    found = get_device(device_name)
-    with found.install(personality):
-        yield found
+    yield from _stack_device(device_name, personality, "the draft worker", draft_missing)
 
 
 class DraftWorkerLifetime(RuleBasedStateMachine):

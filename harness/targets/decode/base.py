@@ -17,7 +17,7 @@ from unittest import mock
 import torch
 
 from harness.models.decode_model import HIDDEN, VOCAB, DecodeModel, LoRAManagerDouble, visible_draft_counts
-from harness.oracles import state_at_rest
+from harness.oracles import batch_consistency, state_at_rest
 from harness.targets.decode.overlap import shared_table
 from harness.targets.decode.switches import DEFAULT_ARCHITECTURE, RunnerSwitches
 from harness.targets.sglang_plumbing import ensure_tp_group, load, tp_group
@@ -701,8 +701,6 @@ class DecodeTarget:
         if not self._can_run_graph(fb):
             raise RuntimeError(f"runner refuses to replay batch size {batch.batch_size} "
                                f"(captured {self.capture_bs})")
-        from harness.oracles import batch_consistency
-
         execute = getattr(self.runner, "execute", None) or self.runner.replay
         raw = batch_consistency.raw_fields(fb)
         with self.replay_context():
