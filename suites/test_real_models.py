@@ -23,7 +23,7 @@ from harness.errors import PathMissing
 from harness.oracles import OracleFailure, execution_context
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.patch_contract import check_patch_model_contract
-from harness.models.real import FAMILIES
+from harness.models.real import DRAFT_FAMILIES, FAMILIES
 from harness.oracles.recompile import RecompileWatcher
 from harness.profiles import suite_settings
 from harness.record import example
@@ -508,7 +508,8 @@ def test_real_model_prefill_breakable_matches_eager(family, drawn, device):
 @st.composite
 def draft_prefill_examples(draw):
     """Captured token counts, then batches of prompts (up to 24 tokens), each with two hidden-state seeds (the
-    same batch replayed on one graph with other hidden states)."""
+    same batch replayed on one graph with other hidden states); the draft family (EAGLE or EAGLE3) and, for EAGLE3,
+    per batch whether its target is multimodal (it hands over composed embeddings besides the hidden states)."""
     vocab = FAMILIES["dense"].config["vocab_size"]
     counts = draw(st.lists(st.sampled_from([4, 8, 16]), min_size=1, max_size=2, unique=True), label="capture_tokens")
     prompt = st.lists(st.integers(0, vocab - 1), min_size=1, max_size=8).map(tuple)
@@ -516,29 +517,33 @@ def draft_prefill_examples(draw):
                    label="batches")
     seeds = [draw(st.lists(st.integers(0, 2 ** 16), min_size=2, max_size=2, unique=True), label="hidden seeds")
              for _ in batches]
-    return tuple(sorted(counts)), batches, seeds
+    family = draw(st.sampled_from(sorted(DRAFT_FAMILIES)), label="draft_family")
+    composed = st.booleans() if family == "eagle3" else st.just(False)
+    multimodal = [draw(composed, label="multimodal target") for _ in batches]
+    return tuple(sorted(counts)), batches, seeds, family, multimodal
 
 
-# capture 8 and 16: 7 tokens (padded to 8), then 12 (padded to 16), each replayed with two targets' hidden states
+# capture 8 and 16: 7 tokens (padded to 8), then 12 (padded to 16), each replayed with two targets' hidden states;
+# an EAGLE3 draft (its input embeddings a static slot of the graphs), the second batch from a multimodal target
 DRAFT_PREFILL = ((8, 16), [((5, 6, 7, 8), (9, 10, 11)), ((1, 2, 3, 4, 5, 6, 7, 8), (20, 21, 22, 23))],
-                 [[1, 2], [3, 4]])
+                 [[1, 2], [3, 4]], "eagle3", [False, True])
 
 
 def run_draft_prefill(drawn) -> None:
     from harness.targets.prefill.base import PrefillCase
     from harness.targets.prefill.draft import check_draft_prefill, draft_target
 
-    counts, batches, seeds = drawn
-    with example("real_models_draft_prefill", capture_tokens=list(counts),
-                 batches=[[list(p) for p in b] for b in batches], hidden_seeds=seeds) as ex:
+    counts, batches, seeds, family, multimodal = drawn
+    with example("real_models_draft_prefill", capture_tokens=list(counts), draft_family=family,
+                 batches=[[list(p) for p in b] for b in batches], hidden_seeds=seeds, multimodal=multimodal) as ex:
         try:
-            with RecompileWatcher("EAGLE draft prefill forward") as watcher:
-                with execution_context.watching(f"the EAGLE draft's prefill capture of {list(counts)}") as grad:
-                    target = draft_target(PrefillCase(backend="breakable", capture_tokens=counts))
+            with RecompileWatcher(f"{family} draft prefill forward") as watcher:
+                with execution_context.watching(f"the {family} draft's prefill capture of {list(counts)}") as grad:
+                    target = draft_target(PrefillCase(backend="breakable", capture_tokens=counts), family)
                 grad.check(target.model)
                 watcher.arm()
-                verdicts = [check_draft_prefill(target, prompts, pair, index)
-                            for index, (prompts, pair) in enumerate(zip(batches, seeds))]
+                verdicts = [check_draft_prefill(target, prompts, pair, index, composed)
+                            for index, (prompts, pair, composed) in enumerate(zip(batches, seeds, multimodal))]
                 watcher.check("a draft prefill replay compiled a frame")
         except PathMissing as missing:
             pytest.skip(str(missing))
@@ -551,10 +556,11 @@ def run_draft_prefill(drawn) -> None:
 @hypothesis_example(drawn=DRAFT_PREFILL)
 @given(drawn=draft_prefill_examples())
 def test_eagle_draft_prefill_replays_match_eager(drawn, device):
-    """The EAGLE draft model's prefill through the draft worker's breakable prefill runner
-    (`harness/targets/prefill/draft.py`): each batch replayed twice with different target hidden states, each
-    replay against the draft model's eager forward on the same hidden states, eager against torch-native attention,
-    the KV caches, graphs offered exactly where a captured count holds the batch, no recompile."""
+    """The EAGLE / EAGLE3 draft model's prefill through the draft worker's breakable prefill runner
+    (`harness/targets/prefill/draft.py`): each batch replayed twice with different target hidden states (and a
+    multimodal target's composed embeddings), each replay against the draft model's eager forward on the same
+    inputs, eager against torch-native attention, the KV caches, graphs offered exactly where a captured count holds
+    the batch, no recompile."""
     run_draft_prefill(drawn)
 
 
@@ -975,8 +981,10 @@ def replay_case(drawn: dict) -> None:
         return
     if "hidden_seeds" in drawn:  # an EAGLE draft prefill example (test_eagle_draft_prefill_replays_match_eager)
         with get_device("cpu").install("cuda"):
-            run_draft_prefill((tuple(drawn["capture_tokens"]), [tuple(tuple(p) for p in b) for b in drawn["batches"]],
-                               drawn["hidden_seeds"]))
+            batches = [tuple(tuple(p) for p in b) for b in drawn["batches"]]
+            run_draft_prefill((tuple(drawn["capture_tokens"]), batches, drawn["hidden_seeds"],
+                               drawn.get("draft_family", "eagle"),  # records before EAGLE3
+                               drawn.get("multimodal") or [False] * len(batches)))
         return
     if "batches" in drawn:  # a prefill example (test_real_model_prefill_breakable_matches_eager)
         with get_device("cpu").install("cuda"):

@@ -63,6 +63,7 @@ class Family:
     # why a captured prefill runs other kernels than eager's extend for this family (its replay is then held to
     # eager within `same`'s tolerance, not bit for bit), or None: the same kernels
     captured_prefill_path: str | None = None
+    algorithm: str | None = None  # a draft family: the `SpeculativeAlgorithm` its worker serves under
 
     @property
     def model_file(self) -> str:
@@ -145,6 +146,13 @@ def _eagle_llama() -> dict:
     return {**_dense_llama(), "architectures": ["LlamaForCausalLMEagle"]}
 
 
+def _eagle3_llama() -> dict:
+    """An EAGLE3 draft head for the dense family: fc over three of the target's layers (the hidden states it reads
+    are 3 x 64 wide), its own vocabulary (the target's, as a draft map of identity)."""
+    return {**_dense_llama(), "architectures": ["LlamaForCausalLMEagle3"], "target_hidden_size": 64,
+            "draft_vocab_size": 128}
+
+
 FAMILIES = {
     "dense": Family("dense", "LlamaForCausalLM", "llama", _dense_llama()),
     "moe": Family("moe", "Qwen2MoeForCausalLM", "qwen2_moe", _moe_qwen2(), capture_refusal=(
@@ -160,7 +168,8 @@ FAMILIES = {
 
 # Draft models a speculative worker runs beside a family (`harness/targets/decode/eagle_draft.py`)
 DRAFT_FAMILIES = {
-    "eagle": Family("eagle", "LlamaForCausalLMEagle", "llama_eagle", _eagle_llama()),
+    "eagle": Family("eagle", "LlamaForCausalLMEagle", "llama_eagle", _eagle_llama(), algorithm="EAGLE"),
+    "eagle3": Family("eagle3", "LlamaForCausalLMEagle3", "llama_eagle3", _eagle3_llama(), algorithm="EAGLE3"),
 }
 
 
@@ -178,6 +187,13 @@ def spec(family: str) -> Family:
         if family in table:
             return table[family]
     raise KeyError(f"no model family {family!r}: choose one of {sorted({*FAMILIES, *WORLD_FAMILIES})}")
+
+
+def draft_algorithm(family: str):
+    """SGLang's `SpeculativeAlgorithm` a draft family's worker serves under."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return SpeculativeAlgorithm[DRAFT_FAMILIES[family].algorithm]
 
 
 def missing(family: str) -> str | None:

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import torch
 
 from harness.errors import PathMissing
-from harness.models.real import DRAFT_FAMILIES, FAMILIES, missing, sliding_window_size
+from harness.models.real import DRAFT_FAMILIES, FAMILIES, draft_algorithm, missing, sliding_window_size
 from harness.models.real.pools import Pools
 from harness.oracles import OracleFailure, batch_consistency, logits_buffer, state_at_rest
 from harness.oracles.eager import assert_matches_eager
@@ -121,10 +121,8 @@ class RealModelPrefillTarget(v0_5_14.Target):
                                            self.kv, self.server_args, case)
         layers = [m for m in self.model.modules() if isinstance(m, RadixAttention)]
         pools.bind(runner)
-        if self.family in DRAFT_FAMILIES:  # an EAGLE draft worker's runner (`prefill/draft.py`)
-            from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-            object.__setattr__(runner, "spec_algorithm", SpeculativeAlgorithm.EAGLE)
+        if self.family in DRAFT_FAMILIES:  # an EAGLE / EAGLE3 draft worker's runner (`prefill/draft.py`)
+            object.__setattr__(runner, "spec_algorithm", draft_algorithm(self.family))
             object.__setattr__(runner, "is_draft_worker", True)
         for name, value in dict(
                 model_config=self.real.model_config, page_size=1, sliding_window_size=sliding_window_size(self.real),
