@@ -45,8 +45,8 @@ def real_cases(draw):
 
 @st.composite
 def draft_cases(draw):
-    """An EAGLE draft worker's settings: 2 or 3 steps, 1 or 2 branches a step (a tree's draft-token budget drawn
-    within what its steps score), maybe rejection sampling (top-k 1), capture sizes, and maybe
+    """An EAGLE or EAGLE3 draft worker's settings: 2 or 3 steps, 1 or 2 branches a step (a tree's draft-token
+    budget drawn within what its steps score), maybe rejection sampling (top-k 1), capture sizes, and maybe
     `--enable-deterministic-inference` (a split tile). Returns (case, tile)."""
     # narrowed by `python -m harness repro` to a launch command's --speculative-num-steps / -eagle-topk /
     # -num-draft-tokens where they fall in these ranges
@@ -56,15 +56,34 @@ def draft_cases(draw):
     budget = range(2, min(scored, 6) + 2)
     drafts = steps + 1 if topk == 1 else draw(narrow("speculative_num_draft_tokens", st.sampled_from(budget),
                                                      domain=budget), label="draft tokens")
-    # speculative_use_rejection_sampling (--speculative-use-rejection-sampling): SGLang allows it at top-k 1 only
-    sampling = topk == 1 and draw(st.booleans(), label="rejection sampling")
+    # --speculative-draft-window-size (at least the draft tokens, SGLang's rule: often past the prefix, often
+    # inside it) and its sink tokens: EAGLE's rails keep the sink and the recent window, EAGLE3's layers the window
+    window = draw(st.one_of(st.none(), st.integers(drafts, MAX_SEQ_LEN)), label="draft window")
+    sink = draw(st.one_of(st.none(), st.integers(0, 3)), label="draft sink") if window else None
+    # EAGLE3: its head reads three target layers and drafts in a vocabulary of its own, mapped onto the target's
+    algorithm = draw(narrow("speculative_algorithm", st.sampled_from(["EAGLE", "EAGLE3"]),
+                            domain=["EAGLE", "EAGLE3"]), label="algorithm")
+    # speculative_use_rejection_sampling (--speculative-use-rejection-sampling): SGLang allows it at top-k 1 only;
+    # drawn for EAGLE (its proposal rows here are the target vocabulary's)
+    sampling = topk == 1 and algorithm == "EAGLE" and draw(st.booleans(), label="rejection sampling")
     case = dataclasses.replace(draw(real_cases()), spec=SpecSettings(num_steps=steps, topk=topk,
-                                                                     num_draft_tokens=drafts, algorithm="EAGLE",
-                                                                     rejection_sampling=sampling))
+                                                                     num_draft_tokens=drafts, algorithm=algorithm,
+                                                                     rejection_sampling=sampling,
+                                                                     draft_window=window, draft_sink=sink))
     # --enable-deterministic-inference's split tile; not beside rejection sampling, whose seeded proposal SGLang
     # refuses off CUDA (a hash kernel of sgl_kernel's)
     tile = None if sampling else draw(st.sampled_from([None, 16, 64]), label="split tile")
     return case, tile
+
+
+def draft_vocabulary(case) -> int:
+    """How many tokens the draft head scores: the target's top-k it is handed are ids of that vocabulary (EAGLE3's
+    own, which `hot_token_id` maps onto the target's)."""
+    from harness.models.real import DRAFT_FAMILIES
+    from harness.targets.decode.eagle_draft import draft_family
+
+    config = DRAFT_FAMILIES[draft_family(case.spec.algorithm)].config
+    return config.get("draft_vocab_size") or config["vocab_size"]
 
 
 @st.composite
@@ -73,7 +92,7 @@ def draft_batches(draw, case, size: int):
     probabilities, the seed of its cache and hidden state (and its sampling under rejection sampling)."""
     from harness.targets.decode.eagle_draft import DraftBatch
 
-    topk, vocab = case.spec.topk, FAMILIES["dense"].config["vocab_size"]
+    topk, vocab = case.spec.topk, draft_vocabulary(case)
     probability = st.floats(0.01, 1.0, allow_nan=False)
     return DraftBatch(
         seq_lens=draw(st.lists(st.integers(1, MAX_SEQ_LEN), min_size=size, max_size=size)),
@@ -145,13 +164,21 @@ PADDED_DRAFT = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS,
                                tokens=[[21, 22, 23, 24, 25], [26, 27, 28, 29, 30]])]], None)
 # the same under --enable-deterministic-inference, split tile 16: each branch's KV splits ceil(seq_len / 16)
 DETERMINISTIC_DRAFT = (*PADDED_DRAFT[:2], 16)
+# the same tree drafted by an EAGLE3 head: top-k ids of its own 64-token vocabulary mapped onto the target's, its
+# draft extends reading three target layers (192 wide), its layers attending a window of 6
+# (--speculative-draft-window-size 6: the 14- and 9-token prefixes read through window rails of their last slots)
+PADDED_EAGLE3_DRAFT = (dataclasses.replace(PADDED_DRAFT[0], spec=dataclasses.replace(
+    PADDED_DRAFT[0].spec, algorithm="EAGLE3", draft_window=6)), *PADDED_DRAFT[1:])
 # under --speculative-use-rejection-sampling (top-k 1, three steps), capture 1 and 3: three greedy requests (the
 # greedy graph of size 3), two of which one samples (the sampling graph, padded to 3: the first step's proposal
 # held), three that sample at top-k 4 and all tokens (the sampling graph, at its size: the whole tree held, both
-# runs drawing from one seeded stream); then the draft extends of a 4-token window
+# runs drawing from one seeded stream); then the draft extends of a 4-token window. The draft attends 2 sink
+# tokens and a window of 6 of its prefix (--speculative-draft-window-size 6 --speculative-draft-sink-size 2):
+# the 14-, 9- and 11-token prefixes are clipped to 8 slots in its rails
 REJECTION_SAMPLING_DRAFT = (
     DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_REQUESTS,
-               spec=SpecSettings(num_steps=3, topk=1, num_draft_tokens=4, algorithm="EAGLE", rejection_sampling=True)),
+               spec=SpecSettings(num_steps=3, topk=1, num_draft_tokens=4, algorithm="EAGLE", rejection_sampling=True,
+                                 draft_window=6, draft_sink=2)),
     [[draft_batch(seq_lens=[5, 14, 2], pool_rows=[3, 1, 7], topk_index=[[4], [1], [5]], topk_p=[[0.6], [0.5], [0.9]],
                   seed=3, top_ks=[1, 1, 1], temperatures=[1.0, 1.0, 1.0]),
       draft_batch(seq_lens=[9, 6], pool_rows=[7, 2], topk_index=[[8], [10]], topk_p=[[0.7], [0.4]], seed=4,

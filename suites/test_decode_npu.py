@@ -16,7 +16,7 @@ from harness.targets.decode.planned import KINDS
 from harness.targets.decode.switches import RunnerSwitches
 from strategies.capture import decode_cases
 from strategies.switches import npu_batches, npu_cases
-from suites.real_common import GATE_EXPLICIT_ONLY, PADDED_DRAFT, draft_examples, draft_to_drawn, run_draft
+from suites.real_common import GATE_EXPLICIT_ONLY, PADDED_EAGLE3_DRAFT, draft_examples, draft_to_drawn, run_draft
 from suites.decode_common import (
     PLANNED_AHEAD_THEN_STALE_MARK, capture_and_check, drawn_batches, drawn_kinds, mrope_case,
     npu_dflash_preplanned_verify, run_dllm, run_switched, skip_without_speculative,
@@ -156,18 +156,19 @@ def test_findings_npu_dflash_preplanned_verify_crashes(device, personality, layo
 
 
 @suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
-@hypothesis_example(drawn=PADDED_DRAFT)
+@hypothesis_example(drawn=PADDED_EAGLE3_DRAFT)
 @given(drawn=draft_examples())
 def test_npu_eagle_draft_replays_match_eager_and_update_graphs(drawn, device, personality):
     """The EAGLE draft worker's NPU graphs: SGLang's `EAGLEDraftNpuGraphRunner` and `EAGLEDraftExtendNpuGraphRunner`
     (what `EagleDraftWorker._capture_cuda_graphs` picks on an NPU) capture through the platform's
     `NPUCudaGraphBackend`; every replay against eager as on CUDA (`run_draft`), and the host-side KV lengths each
     replay rebinds its graph with (`npu-graph-update`): per draft step that attends, each request's prefix plus the
-    draft tokens the step reads, each padded request 0; per draft extend, each request's length past its window."""
-    from harness.targets.decode.eagle_draft import draft_missing
+    draft tokens the step reads, each padded request 0; per draft extend, each request's length past its window.
+    The gate's example is an EAGLE3 head's tree (its own vocabulary, three target layers read)."""
+    from harness.targets.decode.eagle_draft import draft_family, draft_missing
 
     case, groups, tile = drawn
-    with example("decode_npu_draft", personality=personality, family="eagle",
+    with example("decode_npu_draft", personality=personality, family=draft_family(case.spec.algorithm),
                  **draft_to_drawn(case, groups, tile)) as ex:
         reason = draft_missing(personality)
         if reason:

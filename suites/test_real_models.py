@@ -292,15 +292,17 @@ def test_real_model_target_verify_matches_eager(family, drawn, device):
 @given(drawn=draft_examples())
 def test_eagle_draft_replays_match_eager(drawn, device):
     """The EAGLE draft worker's graphs (`harness/targets/decode/eagle_draft.py`): SGLang's
-    `EAGLEDraftCudaGraphRunner` captures `EagleDraftWorker.draft_forward` over SGLang's `LlamaForCausalLMEagle` on
+    `EAGLEDraftCudaGraphRunner` captures `EagleDraftWorker.draft_forward` over SGLang's `LlamaForCausalLMEagle` (or,
+    drawn, an EAGLE3 head drafting in its own vocabulary: `draft-token-map`) on
     its `TritonMultiStepDraftBackend`, and `EAGLEDraftExtendCudaGraphRunner` the draft extend after a verify on its
     Triton backend; each draft replay's tree and the KV its steps write against eager `draft_forward`, each extend's
     selected logits and hidden states and the KV its window writes against the worker's eager extend, and every
     KV rail, in the graph and eagerly, against the batch's arithmetic."""
-    from harness.targets.decode.eagle_draft import draft_missing
+    from harness.targets.decode.eagle_draft import draft_family, draft_missing
 
     case, groups, tile = drawn
-    with example("real_models_draft", family="eagle", **draft_to_drawn(case, groups, tile)) as ex:
+    with example("real_models_draft", family=draft_family(case.spec.algorithm),
+                 **draft_to_drawn(case, groups, tile)) as ex:
         reason = draft_missing()
         if reason:
             pytest.skip(reason)

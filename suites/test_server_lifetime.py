@@ -338,7 +338,9 @@ class DraftWorkerLifetime(RuleBasedStateMachine):
         self.case, self.tile, self.target, self.program = None, None, None, []
 
     def _example(self, rule: str):
-        return example("real_models_draft", family="eagle", rule=rule,
+        from harness.targets.decode.eagle_draft import draft_family
+
+        return example("real_models_draft", family=draft_family(self.case.spec.algorithm), rule=rule,
                        **draft_to_drawn(self.case, [self.program], self.tile))
 
     @initialize(drawn=draft_cases())

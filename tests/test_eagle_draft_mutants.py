@@ -40,11 +40,24 @@ worker, its multi-step backend or its runner: only this target can see them.
 - padded_field_not_handed_back: `EAGLEDraftCudaGraphRunner.execute`, after a padded replay, no longer points the
   batch's `positions` (or `seq_lens`) back at the raw rows: the caller gets the padded view; `batch-consistency`
   names the field and both shapes (the draft tree itself is right, so nothing else sees it).
+- eagle3_tree_tokens_unmapped (EAGLE3): `EagleDraftWorker.draft_forward` no longer maps each step's top-k through
+  the head's `hot_token_id`, so draft-vocabulary ids reach the tree. Graph and eager run the same code and agree;
+  `draft-token-map` names the request and the ids no target token has.
+- eagle3_extend_hidden_width_of_the_head (EAGLE3): the draft extend runner sizes its hidden-state buffer by the
+  head's width (64) instead of the three target layers it reads (`get_draft_input_from_target_hidden_dim`, 192):
+  the captured extend reads a truncated buffer; `eager-equality` names `hidden_states` and the KV slots.
+- draft_sink_dropped (`--speculative-draft-window-size 6 --speculative-draft-sink-size 2`, the rejection-sampling
+  case): `resolve_draft_decode_window` drops the sink, so EAGLE's rails keep only the recent window: `draft-rails`
+  names the branch that reads 7 slots where sink and window give 9.
+- window_rail_one_short (EAGLE3, window 6): `TritonMultiStepDraftBackend._fill_window_rail` plans its window layers'
+  rails one slot narrower than their window: `draft-rails` names the window rail's kv_indptr.
 - eager_draft_rails_one_step_short: `TritonMultiStepDraftBackend.common_template` slices each step's
   `kv_indices` for one step fewer (`draft_kv_indices_used_len(..., i)`), which only the eager path reads (the graph
   reads its static buffer whole): `draft-rails` names the eager backend's indices of the branch cut short.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -111,6 +124,39 @@ def mutate(monkeypatch, owner, name: str, old: str, new: str) -> None:
 
 def test_clean_sglang_passes_the_draft_check(device):
     run_case()
+
+
+EAGLE3_CASE = dataclasses.replace(CASE, spec=dataclasses.replace(CASE.spec, algorithm="EAGLE3"))
+
+
+def test_clean_sglang_passes_the_eagle3_draft_check(device):
+    run_case(case=EAGLE3_CASE)
+
+
+def test_eagle3_tree_tokens_unmapped_fail_naming_the_request(device, monkeypatch):
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+
+    mutate(monkeypatch, EagleDraftWorker, "draft_forward",
+           "            if self.hot_token_id is not None:\n                topk_index = self.hot_token_id[topk_index]\n"
+           "            hidden_states", "            hidden_states")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(case=EAGLE3_CASE)
+    assert failure.value.oracle == "draft-token-map"
+    assert "draft replay 0: the replayed draft tree of request 0 holds token(s)" in failure.value.diagnosis
+    assert "no target id of the EAGLE3 head's map" in failure.value.diagnosis
+
+
+def test_eagle3_extend_hidden_width_of_the_head_fails_naming_hidden_states(device, monkeypatch):
+    import sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner as extend_runner
+
+    monkeypatch.setattr(extend_runner, "get_draft_input_from_target_hidden_dim",
+                        lambda model_runner: model_runner.model_config.hidden_size)
+    with pytest.raises(OracleFailure) as failure:
+        run_case(case=EAGLE3_CASE)
+    assert failure.value.oracle == "eager-equality"
+    assert "draft replay 2: the replayed draft extend differs from eager's: output['hidden_states']" \
+        in failure.value.diagnosis
+    assert "differs at KV slot(s)" in failure.value.diagnosis
 
 
 def test_padded_draft_positions_left_stale_fail_naming_the_padded_branch(device, monkeypatch):
@@ -309,3 +355,36 @@ def test_draft_machine_finds_stale_padded_extend_writes_by_itself(device, monkey
     assert failure.value.oracle == "eager-equality"
     assert "draft extend replay step" in failure.value.diagnosis
     assert "differs at KV slot(s)" in failure.value.diagnosis
+
+
+def test_draft_sink_dropped_fails_naming_the_branch(device, monkeypatch):
+    import sglang.srt.layers.attention.triton_backend as triton_backend
+
+    monkeypatch.setattr(triton_backend, "resolve_draft_decode_window", edited(
+        triton_backend.resolve_draft_decode_window,
+        "return window_size, int(cfg.speculative_draft_sink_size or 0)", "return window_size, 0"))
+    with pytest.raises(OracleFailure) as failure:
+        run_rejection_sampling_case()
+    assert failure.value.oracle == "draft-rails"
+    assert "draft replay 0" in failure.value.diagnosis
+    assert "branch 1 (request 1) reads 7 slots, not 9" in failure.value.diagnosis, failure.value.diagnosis
+
+
+EAGLE3_WINDOW_CASE = dataclasses.replace(CASE, spec=dataclasses.replace(CASE.spec, algorithm="EAGLE3", draft_window=6))
+
+
+def test_clean_sglang_passes_the_eagle3_window_draft_check(device):
+    run_case(case=EAGLE3_WINDOW_CASE)
+
+
+def test_window_rail_one_short_fails_naming_the_window_rail(device, monkeypatch):
+    from sglang.srt.layers.attention.triton_backend import TritonMultiStepDraftBackend
+
+    mutate(monkeypatch, TritonMultiStepDraftBackend, "_fill_window_rail",
+           "self.sliding_window_size,\n        ENTRY_PAGE_SIZE",
+           "self.sliding_window_size - 1,\n        ENTRY_PAGE_SIZE")
+    with pytest.raises(OracleFailure) as failure:
+        run_case(case=EAGLE3_WINDOW_CASE)
+    assert failure.value.oracle == "draft-rails"
+    assert "draft replay 0" in failure.value.diagnosis
+    assert "window kv_indptr" in failure.value.diagnosis, failure.value.diagnosis

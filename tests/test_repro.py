@@ -269,16 +269,19 @@ REPORTS = {
     # the EAGLE draft worker's runners: searched where the harness drives them, narrowed by the speculative shape
     "draft_runner_illegal_memory_access.log": (
         "draft-runner-fault", "real_models",
-        {"speculative_num_steps": [3], "speculative_eagle_topk": [4], "speculative_num_draft_tokens": [8]}, {},
+        {"speculative_algorithm": ["EAGLE"], "speculative_num_steps": [3], "speculative_eagle_topk": [4],
+         "speculative_num_draft_tokens": [8]}, {},
         ["searching suites/test_real_models.py -k 'draft'", "--speculative-num-steps 3 -> speculative_num_steps=[3]: "
          "narrows the search", "--tp 2 -> tp_size=[2]: ignored"]),
     "npu_draft_extend_size_mismatch.log": (
         "draft-runner-fault", "real_models",
-        {"personality": ["npu"], "default_max_bs": [24], "speculative_num_steps": [2], "speculative_eagle_topk": [1],
-         "speculative_num_draft_tokens": [3]}, {}, ["searching suites/test_decode_npu.py -k 'draft'"]),
+        {"personality": ["npu"], "default_max_bs": [24], "speculative_algorithm": ["EAGLE3"],
+         "speculative_num_steps": [2], "speculative_eagle_topk": [1], "speculative_num_draft_tokens": [3]}, {},
+        ["searching suites/test_decode_npu.py -k 'draft'"]),
     "draft_capture_host_sync.log": (
         "cuda-capture-refused", "real_models",
-        {"speculative_num_steps": [2], "speculative_eagle_topk": [2], "speculative_num_draft_tokens": [4]}, {},
+        {"speculative_algorithm": ["EAGLE"], "speculative_num_steps": [2], "speculative_eagle_topk": [2],
+         "speculative_num_draft_tokens": [4]}, {},
         ["searching suites/test_real_models.py -k 'draft'"]),
     # a LoRA adapter's lifecycle: searched in the LoRA server's lifetime, narrowed by the pool's slots; the frame
     # decides whether the known finding (an adapter on k_proj without q_proj) may answer

@@ -10,6 +10,12 @@ branch (r, k) has `seq_len_r + i + 1` entries:
 
 and the rails of a step are these segments one after another (the indptr their running sum). A padded branch of
 a replay (the runner zeroes its positions, pool row and write slots) reads only SGLang's padding slot 0.
+
+Under `--speculative-draft-window-size W` (and `--speculative-draft-sink-size S`, default 0) a draft that has no
+window of its own reads, of its prefix, the first `min(S, seq_len)` slots and then the most recent ones, up to
+`min(seq_len, W + S)` in all (StreamingLLM's sink and recent window), then its chain as above. A draft head whose
+layers carry the window themselves (EAGLE3: the flag becomes its layers' sliding window) keeps the full rail and
+gets a window rail beside it: of the full segment, the last `min(seq_len + step + 1, W)` slots.
 """
 from __future__ import annotations
 
@@ -23,14 +29,24 @@ ORACLE = "draft-rails"
 
 
 def expected_segments(seq_lens: list[int], rows: list[list[int]], topk: int, num_steps: int,
-                      step: int) -> list[list[int]]:
-    """Per branch (request-major), the KV slots step `step` reads; `rows[r]`: request r's `req_to_token` row."""
+                      step: int, window: int = 0, sink: int = 0) -> list[list[int]]:
+    """Per branch (request-major), the KV slots step `step` reads; `rows[r]`: request r's `req_to_token` row;
+    `window` / `sink` (0: none): the prefix clipped to its sink and recent window (module docstring)."""
     segments = []
     for seq_len, row in zip(seq_lens, rows):
+        prefix = list(row[:seq_len])
+        if window > 0:
+            kept, sunk = min(seq_len, window + sink), min(sink, seq_len)
+            prefix = prefix[:sunk] + prefix[seq_len - (kept - sunk):]
         for branch in range(topk):
             start = seq_len + branch * num_steps
-            segments.append(list(row[:seq_len]) + list(row[start:start + step + 1]))
+            segments.append(prefix + list(row[start:start + step + 1]))
     return segments
+
+
+def window_segments(segments: list[list[int]], window: int) -> list[list[int]]:
+    """A window layer's rail of each branch: the last `window` slots of its full segment."""
+    return [segment[-window:] for segment in segments]
 
 
 def check_rails(indptr: torch.Tensor, indices: torch.Tensor, segments: list[list[int]], padded_branches: int,

@@ -69,7 +69,11 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
            "harness/oracles/ragged_layout.py", ("test_decode_ragged_mutants.py",)),
     Oracle("draft-rails", "each EAGLE draft step's attention reads its request's prefix then its branch's draft "
            "slots through that step (`seq_len + step + 1` slots, branch-major), in the graph and eagerly; a padded "
-           "branch reads only the padding slot", "harness/oracles/draft_rails.py", ("test_eagle_draft_mutants.py",)),
+           "branch reads only the padding slot; under a draft window, the prefix's sink and recent window (EAGLE) "
+           "or a window rail of the last W slots beside the full one (EAGLE3)", "harness/oracles/draft_rails.py", ("test_eagle_draft_mutants.py",)),
+    Oracle("draft-token-map", "every token of an EAGLE3 draft tree is a target token id its head's map "
+           "(`hot_token_id`, from the checkpoint's d2t) holds, in the graph and eagerly",
+           "harness/oracles/draft_token_map.py", ("test_eagle_draft_mutants.py",)),
     Oracle("transformers-reference", "SGLang's model class, loaded by its own loader from a checkpoint transformers "
            "saved, gives each request the next-token logits transformers' implementation gives its tokens, after a "
            "prefill (chunked or not) and after each decode step", "harness/oracles/transformers_reference.py",

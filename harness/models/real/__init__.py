@@ -148,9 +148,9 @@ def _eagle_llama() -> dict:
 
 def _eagle3_llama() -> dict:
     """An EAGLE3 draft head for the dense family: fc over three of the target's layers (the hidden states it reads
-    are 3 x 64 wide), its own vocabulary (the target's, as a draft map of identity)."""
+    are 3 x 64 wide), its own vocabulary of 64 of the target's 128 tokens (its checkpoint's `d2t` maps them)."""
     return {**_dense_llama(), "architectures": ["LlamaForCausalLMEagle3"], "target_hidden_size": 64,
-            "draft_vocab_size": 128}
+            "draft_vocab_size": 64}
 
 
 FAMILIES = {

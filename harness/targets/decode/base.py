@@ -90,6 +90,10 @@ class SpecSettings:
     # --speculative-use-rejection-sampling (EAGLE, top-k 1): the draft runner captures a greedy variant beside the
     # sampling one and replays the variant each batch's sampling asks for
     rejection_sampling: bool = False
+    # --speculative-draft-window-size / --speculative-draft-sink-size: the draft attends a recent window of its
+    # prefix (EAGLE: its sink tokens too, in the multi-step backend's rails; EAGLE3: its layers' own sliding window)
+    draft_window: int | None = None
+    draft_sink: int | None = None
 
     @property
     def captures_hidden(self) -> bool:

@@ -45,8 +45,9 @@ from typing import Any
 import torch
 
 from harness.errors import HarnessError, PathMissing
-from harness.models.real import DRAFT_FAMILIES, build_family, missing_family
+from harness.models.real import DRAFT_FAMILIES, build_family, missing_family, sliding_window_size
 from harness.oracles import OracleFailure, batch_consistency, graph_key
+from harness.oracles.draft_token_map import check_tokens_mapped
 from harness.oracles.npu_graph_update import expected_draft_updates, expected_extend_updates
 from harness.targets.decode.base import DecodeCase
 from harness.targets.decode.real_model import RealModelTarget, kernels
@@ -54,7 +55,7 @@ from harness.targets.decode.real_model import RealModelTarget, kernels
 RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
 EXTEND_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
-DRAFT_FAMILY = "eagle"
+DRAFT_FAMILY = "eagle"  # the EAGLE worker's draft head; EAGLE3's is `draft_family("EAGLE3")`
 NPU_RUNNERS = "sglang.srt.hardware_backend.npu.graph_runner"
 # the runner classes `EagleDraftWorker._capture_cuda_graphs` looks up by the target worker's device
 # (`Device2DraftCudaGraphRunner`, `Device2ExtendCudaGraphRunner`), by personality: (module, class) for each graph
@@ -93,6 +94,22 @@ def draft_missing(personality: str = "cuda") -> str | None:
             return f"SGLang {sglang_version()}: {module}.{name} lacks {', '.join(lacking)}: this target drives the " \
                    "0.5.2x EAGLE draft worker's layout"
     return missing_family(DRAFT_FAMILIES[DRAFT_FAMILY])
+
+
+def draft_family(algorithm: str) -> str:
+    """The draft family (`DRAFT_FAMILIES`) a worker of `algorithm` (EAGLE, EAGLE3) runs."""
+    for name, family in DRAFT_FAMILIES.items():
+        if family.algorithm == algorithm:
+            return name
+    raise HarnessError(f"no draft family for {algorithm!r}: one of "
+                       f"{sorted(f.algorithm for f in DRAFT_FAMILIES.values())}")
+
+
+def hot_token_map(draft_vocab: int, vocab: int, seed: int) -> torch.Tensor:
+    """An EAGLE3 head's draft-to-target token map as its checkpoint's `d2t` loads it (`hot_token_id`: each draft
+    token's target id, ascending), `draft_vocab` of the target's `vocab` ids drawn from `seed`."""
+    chosen = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))[:draft_vocab]
+    return chosen.sort().values
 
 
 def _fresh_input_buffer_pool() -> None:
@@ -197,11 +214,12 @@ class EagleDraftTarget(RealModelTarget):
         """`personality`: the device SGLang's worker believes it runs on, which picks its runner classes
         (`RUNNER_CLASSES`; "npu": the NPU runners, under the virtual device's npu personality, whose platform hands
         the runners SGLang's `NPUCudaGraphBackend`)."""
-        if case.spec is None or case.spec.algorithm != "EAGLE" or case.spec.num_steps < 2:
-            raise HarnessError(f"an EAGLE draft target needs EAGLE with two or more draft steps, not {case.spec}")
+        if case.spec is None or case.spec.algorithm not in ("EAGLE", "EAGLE3") or case.spec.num_steps < 2:
+            raise HarnessError(f"an EAGLE draft target needs EAGLE or EAGLE3 with two or more draft steps, not "
+                               f"{case.spec}")
         if personality not in RUNNER_CLASSES:
             raise HarnessError(f"no EAGLE draft runners for personality {personality!r}: one of {list(RUNNER_CLASSES)}")
-        reason = draft_missing(personality)
+        reason = draft_missing(personality) or missing_family(DRAFT_FAMILIES[draft_family(case.spec.algorithm)])
         if reason:
             raise PathMissing(reason)
         _fresh_input_buffer_pool()
@@ -217,7 +235,10 @@ class EagleDraftTarget(RealModelTarget):
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend, TritonMultiStepDraftBackend
 
         parts = super().build_parts(case, device)  # the target's model and pools: the draft shares its cache shape
-        self.draft = build_family(DRAFT_FAMILIES[DRAFT_FAMILY])
+        self.draft = build_family(DRAFT_FAMILIES[draft_family(case.spec.algorithm)])
+        if case.spec.algorithm == "EAGLE3":  # its own vocabulary, mapped onto the target's (`load_weights`' d2t)
+            config = self.draft.model.config
+            self.draft.model.hot_token_id = hot_token_map(config.draft_vocab_size, config.vocab_size, seed=1)
         self.draft_runner = self._draft_runner_double(case, device)
         self.eager_draft_backend = lambda: TritonMultiStepDraftBackend(self.draft_runner, case.spec.topk,
                                                                         case.spec.num_steps)
@@ -230,6 +251,7 @@ class EagleDraftTarget(RealModelTarget):
 
         runner = self._runner_double(case, device)
         runner.model, runner.model_config = self.draft.model, self.draft.model_config
+        runner.sliding_window_size = sliding_window_size(self.draft)  # ModelRunner's, for the draft's own model
         runner.is_draft_worker = True
         runner.draft_attention_backend = None  # --speculative-draft-attention-backend unset: the configured one
         model = self.draft.model
@@ -282,11 +304,21 @@ class EagleDraftTarget(RealModelTarget):
         worker._rebuild_topk1_chain_buffers()
         worker.draft_runner = self.draft_runner
         worker._init_dsa_index_share_state()
-        worker.hot_token_id = None
+        # `init_token_map` then `init_lm_head`'s EAGLE3 branch: the head's own map (its embedding and LM head are the
+        # draft's here, not shared with the target's)
+        worker.hot_token_id = getattr(self.draft.model, "hot_token_id", None)
         worker.init_attention_backend()
         return worker
 
     # -- batches -----------------------------------------------------------------------------------------------
+    @property
+    def target_hidden_width(self) -> int:
+        """How wide the target's hidden states a draft extend reads are: SGLang's own answer
+        (`get_draft_input_from_target_hidden_dim`: EAGLE3, three target layers side by side)."""
+        from sglang.srt.speculative.eagle_utils import get_draft_input_from_target_hidden_dim
+
+        return get_draft_input_from_target_hidden_dim(self.draft_runner)
+
     @property
     def draft_slots(self) -> int:
         return self.case.spec.topk * self.case.spec.num_steps
@@ -385,7 +417,7 @@ class EagleDraftTarget(RealModelTarget):
         device, width, bs = self.device, self.case.spec.num_draft_tokens, batch.batch_size
         seq_lens = [n + width for n in batch.prefixes]
         generator = torch.Generator().manual_seed(batch.seed + 1)
-        hidden = torch.randn((bs * width, self.draft.model_config.hidden_size), generator=generator).to(device)
+        hidden = torch.randn((bs * width, self.target_hidden_width), generator=generator).to(device)
         accepted = torch.tensor(batch.accepted, dtype=torch.int32, device=device)
         spec_info = EagleDraftExtendInput(hidden_states=hidden, num_correct_drafts=accepted - 1,
                                           num_accept_tokens=accepted, num_tokens_per_req=width,
@@ -478,6 +510,9 @@ def check_draft_replay(target: EagleDraftTarget, batch: DraftBatch, where: str) 
                                    before_forward=lambda backend: check_eager_rails(target, batch, backend, where))
     after_eager = pools.snapshot()
     names = ("parent_list", "top_scores_index", "draft_tokens", "draft_probs")
+    for tree, what in ((replayed, "the replayed draft tree"), (eager, "eager's draft tree")):
+        check_tokens_mapped(tree[names.index("draft_tokens")], target.worker.hot_token_id, batch.batch_size,
+                            what=what, where=where)
     exact = batch.batch_size in target.capture_bs
     if samples and not exact:
         # a padded graph draws the proposal for its padded rows too, so after the first draw the replay's random
@@ -554,33 +589,74 @@ def _rows(target: EagleDraftTarget, batch: DraftBatch) -> list[list[int]]:
     return [table[row, :n + target.draft_slots].tolist() for row, n in zip(batch.pool_rows, batch.seq_lens)]
 
 
+def draft_windows(spec) -> tuple[int, int, int]:
+    """What `--speculative-draft-window-size` / `-sink-size` make of the draft's reads: (window, sink) every draft
+    layer's rail is clipped to, and the window of a window layer's own rail (0s: none). An EAGLE head has no window
+    of its own, so the multi-step backend clips its rails (SGLang's `resolve_draft_decode_window`); EAGLE3's head
+    takes the flag as its layers' sliding window, so the rails stay whole and a window rail is planned beside."""
+    if not spec.draft_window:
+        return 0, 0, 0
+    if spec.algorithm == "EAGLE3":
+        return 0, 0, spec.draft_window
+    return spec.draft_window, spec.draft_sink or 0, 0
+
+
+def _step_rails(target: EagleDraftTarget, batch: DraftBatch, step: int) -> tuple[list, list | None]:
+    """Step `step`'s expected segments, per branch, of the full rail and of the window rail (None: no window
+    layer)."""
+    from harness.oracles.draft_rails import expected_segments, window_segments
+
+    spec = target.case.spec
+    clip, sink, layer_window = draft_windows(spec)
+    rows = _rows(target, batch)
+    segments = expected_segments(batch.seq_lens, rows, spec.topk, spec.num_steps, step, clip, sink)
+    return segments, window_segments(segments, layer_window) if layer_window else None
+
+
 def check_graph_rails(target: EagleDraftTarget, batch: DraftBatch, where: str) -> None:
-    """The rails the graph is about to read: the multi-step backend's static `kv_indptr` and `cuda_graph_kv_indices`,
-    written by the runner's out-of-graph metadata for the padded batch (checked before the graph replays)."""
-    from harness.oracles.draft_rails import check_rails, expected_segments
+    """The rails the graph is about to read: the multi-step backend's static `kv_indptr` and `cuda_graph_kv_indices`
+    (and, for a window layer, `window_kv_indptr` and `cuda_graph_window_kv_indices`), written by the runner's
+    out-of-graph metadata for the padded batch (checked before the graph replays)."""
+    from harness.oracles.draft_rails import check_rails
 
     spec, backend = target.case.spec, target.worker.draft_attn_backend
     padded = min(s for s in target.capture_bs if s >= batch.batch_size)
-    rows = _rows(target, batch)
+    pad, rows, where = (padded - batch.batch_size) * spec.topk, padded * spec.topk + 1, f"{where}, padded to {padded}"
     for step in range(spec.num_steps - 1):
-        segments = expected_segments(batch.seq_lens, rows, spec.topk, spec.num_steps, step)
-        check_rails(backend.kv_indptr[step, :padded * spec.topk + 1], backend.cuda_graph_kv_indices[step], segments,
-                    (padded - batch.batch_size) * spec.topk, topk=spec.topk, step=step, what="graph's",
-                    where=f"{where}, padded to {padded}")
+        segments, windows = _step_rails(target, batch, step)
+        check_rails(backend.kv_indptr[step, :rows], backend.cuda_graph_kv_indices[step], segments, pad,
+                    topk=spec.topk, step=step, what="graph's", where=where)
+        if windows is not None:
+            _window_rail_planned(backend.window_kv_indptr, spec, "the multi-step backend", where)
+            check_rails(backend.window_kv_indptr[step, :rows], backend.cuda_graph_window_kv_indices[step], windows,
+                        pad, topk=spec.topk, step=step, what="graph's window", where=where)
 
 
 def check_eager_rails(target: EagleDraftTarget, batch: DraftBatch, backend, where: str) -> None:
     """The rails eager's per-step backends planned (`forward_metadata`), held to the same arithmetic before the
     draft forward follows them."""
-    from harness.oracles.draft_rails import check_rails, expected_segments
+    from harness.oracles.draft_rails import check_rails
 
     spec = target.case.spec
-    rows = _rows(target, batch)
     for step in range(spec.num_steps - 1):
         metadata = backend.attn_backends[step].forward_metadata
-        segments = expected_segments(batch.seq_lens, rows, spec.topk, spec.num_steps, step)
+        segments, windows = _step_rails(target, batch, step)
         check_rails(metadata.kv_indptr, metadata.kv_indices, segments, 0, topk=spec.topk, step=step,
                     what="eager backend's", where=where)
+        if windows is not None:
+            _window_rail_planned(metadata.window_kv_indices, spec, f"eager step {step}'s backend", where)
+            check_rails(metadata.window_kv_indptr, metadata.window_kv_indices, windows, 0, topk=spec.topk,
+                        step=step, what="eager backend's window", where=where)
+
+
+def _window_rail_planned(rail, spec, whose: str, where: str) -> None:
+    """A draft whose layers attend a window must have a window rail planned for them."""
+    if rail is None:
+        from harness.oracles.draft_rails import ORACLE
+
+        raise OracleFailure(ORACLE, f"{where}: the {spec.algorithm} draft's layers attend a window of "
+                            f"{spec.draft_window} (--speculative-draft-window-size), but {whose} plans no window "
+                            "rail for them: they read the whole prefix", window=spec.draft_window)
 
 
 def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where: str) -> None:

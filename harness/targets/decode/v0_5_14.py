@@ -27,7 +27,9 @@ def speculative_args(case: DecodeCase) -> dict:
     return dict(speculative_algorithm=case.spec.algorithm, speculative_draft_model_path="dummy",
                 speculative_num_steps=case.spec.num_steps, speculative_eagle_topk=case.spec.topk,
                 speculative_num_draft_tokens=case.spec.num_draft_tokens,
-                **({"speculative_use_rejection_sampling": True} if case.spec.rejection_sampling else {}))
+                **({"speculative_use_rejection_sampling": True} if case.spec.rejection_sampling else {}),
+                **({"speculative_draft_window_size": case.spec.draft_window} if case.spec.draft_window else {}),
+                **({"speculative_draft_sink_size": case.spec.draft_sink} if case.spec.draft_sink is not None else {}))
 
 
 class Target(DecodeTarget):
