@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import Phase, example, settings, strategies as st
 
 from harness.conditions import narrow
 from harness.counter import counter
 from harness.devices import get_device
+from harness.errors import PathMissing
 from harness.models.real import FAMILIES
 from harness.oracles import OracleFailure, execution_context
 from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
@@ -58,7 +60,10 @@ def draft_cases(draw):
                                                      domain=budget), label="draft tokens")
     # --speculative-draft-window-size (at least the draft tokens, SGLang's rule: often past the prefix, often
     # inside it) and its sink tokens: EAGLE's rails keep the sink and the recent window, EAGLE3's layers the window
-    window = draw(st.one_of(st.none(), st.integers(drafts, MAX_SEQ_LEN)), label="draft window")
+    from harness.targets.decode.eagle_draft import draft_window_missing
+
+    window = None if draft_window_missing() else \
+        draw(st.one_of(st.none(), st.integers(drafts, MAX_SEQ_LEN)), label="draft window")
     sink = draw(st.one_of(st.none(), st.integers(0, 3)), label="draft sink") if window else None
     # EAGLE3: its head reads three target layers and drafts in a vocabulary of its own, mapped onto the target's
     algorithm = draw(narrow("speculative_algorithm", st.sampled_from(["EAGLE", "EAGLE3"]),
@@ -197,7 +202,10 @@ def capture_draft(ex, case, split_tile=None, personality="cuda"):
     get_device("cpu").reset()
     mark = counter.mark()
     with execution_context.watching(f"the EAGLE draft worker's capture of {list(case.capture_bs)}") as grad:
-        target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
+        try:
+            target = EagleDraftTarget(case, split_tile=split_tile, personality=personality)
+        except PathMissing as missing:  # a setting the release lacks (a draft window before 0.5.2x): said, skipped
+            pytest.skip(str(missing))
     grad.check(target.model)
     captured = counter.since(mark)["num_graphs_captured"]
     decodes = 2 if case.spec.rejection_sampling else 1

@@ -70,7 +70,8 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
     Oracle("draft-rails", "each EAGLE draft step's attention reads its request's prefix then its branch's draft "
            "slots through that step (`seq_len + step + 1` slots, branch-major), in the graph and eagerly; a padded "
            "branch reads only the padding slot; under a draft window, the prefix's sink and recent window (EAGLE) "
-           "or a window rail of the last W slots beside the full one (EAGLE3)", "harness/oracles/draft_rails.py", ("test_eagle_draft_mutants.py",)),
+           "or a window rail of the last W slots beside the full one (EAGLE3)",
+           "harness/oracles/draft_rails.py", ("test_eagle_draft_mutants.py",)),
     Oracle("draft-token-map", "every token of an EAGLE3 draft tree is a target token id its head's map "
            "(`hot_token_id`, from the checkpoint's d2t) holds, in the graph and eagerly",
            "harness/oracles/draft_token_map.py", ("test_eagle_draft_mutants.py",)),

@@ -96,6 +96,20 @@ def draft_missing(personality: str = "cuda") -> str | None:
     return missing_family(DRAFT_FAMILIES[DRAFT_FAMILY])
 
 
+def draft_window_missing() -> str | None:
+    """Why the installed SGLang serves no draft window (`--speculative-draft-window-size` / `-sink-size` clipping
+    the multi-step draft's rails, `spec_utils.resolve_draft_decode_window`), or None."""
+    import importlib
+
+    from harness.versions import module_exists, sglang_version
+
+    module = "sglang.srt.speculative.spec_utils"
+    if not module_exists(module) or not hasattr(importlib.import_module(module), "resolve_draft_decode_window"):
+        return (f"SGLang {sglang_version()} has no {module}.resolve_draft_decode_window: its multi-step draft plans "
+                "no draft window, so --speculative-draft-window-size / -sink-size are not driven on this release")
+    return None
+
+
 def draft_family(algorithm: str) -> str:
     """The draft family (`DRAFT_FAMILIES`) a worker of `algorithm` (EAGLE, EAGLE3) runs."""
     for name, family in DRAFT_FAMILIES.items():
@@ -219,7 +233,8 @@ class EagleDraftTarget(RealModelTarget):
                                f"{case.spec}")
         if personality not in RUNNER_CLASSES:
             raise HarnessError(f"no EAGLE draft runners for personality {personality!r}: one of {list(RUNNER_CLASSES)}")
-        reason = draft_missing(personality) or missing_family(DRAFT_FAMILIES[draft_family(case.spec.algorithm)])
+        reason = draft_missing(personality) or missing_family(DRAFT_FAMILIES[draft_family(case.spec.algorithm)]) or \
+            (draft_window_missing() if case.spec.draft_window else None)
         if reason:
             raise PathMissing(reason)
         _fresh_input_buffer_pool()
