@@ -105,7 +105,7 @@ def test_a_draft_runner_fault_is_searched_where_the_draft_graphs_run(tmp_path):
                             "pass")])
     env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{REPO_ROOT}")
     # the pin of a mutant's failure goes to tmp: in the repository a concurrent gate would collect it
-    done = subprocess.run([sys.executable, "-m", "harness", "repro", str(log), "--budget", "420", "--out",
+    done = subprocess.run([sys.executable, "-m", "harness", "repro", str(log), "--budget", "600", "--out",
                            str(tmp_path / "out"), "--pin-dir", str(tmp_path / "pins")],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
