@@ -116,10 +116,12 @@ DEVICE_FAULT = (r"illegal memory access|illegal instruction|index out of bounds|
 
 
 def _draft_test(text: str) -> tuple[str, str]:
-    """Where a draft runner's failure is searched: its NPU test under NPU words, else the CUDA one."""
+    """Where a draft runner's failure is searched: its NPU test under NPU words, else the CUDA one: the draft
+    worker's decode test only (the draft prefill runs through the prefill runner, not these runners, and its
+    examples would spend the budget elsewhere)."""
     if re.search(r"\bnpu\b|ascend|_npu_graph_runner|NpuGraphRunner", text, re.I):
-        return "suites/test_decode_npu.py", "draft"
-    return "suites/test_real_models.py", "draft"
+        return "suites/test_decode_npu.py", "eagle_draft_replays"
+    return "suites/test_real_models.py", "eagle_draft_replays"
 
 
 def _draft_or(path: Callable[[str], str]) -> Callable[[str], str]:
@@ -261,6 +263,8 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
     (("--speculative-eagle-topk",), "speculative_eagle_topk", lambda v: [_number(v)] if _number(v) else None),
     (("--speculative-num-draft-tokens",), "speculative_num_draft_tokens",
      lambda v: [_number(v)] if _number(v) else None),
+    (("--speculative-draft-window-size",), "speculative_draft_window_size",
+     lambda v: [_number(v)] if _number(v) else None),
     (("--tp", "--tp-size", "--tensor-parallel-size"), "tp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--pp", "--pp-size", "--pipeline-parallel-size"), "pp_size", lambda v: [_number(v)] if _number(v) else None),
     (("--dp", "--dp-size", "--data-parallel-size"), "dp_size", lambda v: [_number(v)] if _number(v) else None),
@@ -273,6 +277,9 @@ LAUNCH_CONDITIONS: tuple[tuple[tuple[str, ...], str, Callable[[list[str]], list 
     (("--chunked-prefill-size",), "chunked_prefill_size", lambda v: [_number(v)] if _number(v) else None),
     (("--enable-mixed-chunk",), "enable_mixed_chunk", lambda v: [True]),
 )
+# Flags whose absence from a speculative server's launch command is itself a value, SGLang's default:
+# (aliases, condition name, the default as drawn values).
+SPECULATIVE_DEFAULTS = ((("--speculative-draft-window-size",), "speculative_draft_window_size", [None]),)
 # Why a condition no strategy reads cannot narrow the search here, where there is more to say than that.
 UNMODELLED = {
     "tp_size": "a world's size is its test's (2 ranks in the gate, 4 in the nightly; the single-rank suites run "
@@ -356,6 +363,10 @@ def launch_conditions(text: str, suite: str, logged: dict, path: str | None = No
             offer("forward_mode", ["TARGET_VERIFY"], flag,
                   "the prefill runner refuses TARGET_VERIFY batches (they run eagerly); the verify graphs are the "
                   "decode suite's" if suite == "prefill_pcg" else None)
+    if used & {"--speculative-algorithm", "--speculative-algo"}:
+        for aliases, name, values in SPECULATIVE_DEFAULTS:
+            if not any(a in flags for a in aliases):
+                offer(name, values, f"no {aliases[0]} (SGLang's default)")
     arch = architecture(text)
     if arch:
         offer("architecture", [arch], f"architecture {arch}")

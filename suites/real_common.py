@@ -45,6 +45,16 @@ def real_cases(draw):
     return DecodeCase(capture_bs=tuple(sorted(sizes)), max_running_requests=MAX_REQUESTS)
 
 
+def replay_sizes(capture_bs) -> st.SearchStrategy:
+    """One or two replayed sizes up to the largest captured; half the time a captured size and then a smaller one
+    that pads onto it, the moment a padded batch meets a wider batch's static metadata (its stale slots, rows and
+    lengths in the padded rows), which a free draw of two sizes reaches about one time in five."""
+    free = st.lists(st.integers(1, max(capture_bs)), min_size=1, max_size=2)
+    below = dict(zip(capture_bs, (0, *capture_bs)))  # each captured size -> the captured size beneath it
+    shrinks = [[bucket, size] for bucket in capture_bs for size in range(below[bucket] + 1, bucket)]
+    return st.one_of(free, st.sampled_from(shrinks)) if shrinks else free
+
+
 @st.composite
 def draft_cases(draw):
     """An EAGLE or EAGLE3 draft worker's settings: 2 or 3 steps, 1 or 2 branches a step (a tree's draft-token
@@ -62,8 +72,9 @@ def draft_cases(draw):
     # inside it) and its sink tokens: EAGLE's rails keep the sink and the recent window, EAGLE3's layers the window
     from harness.targets.decode.eagle_draft import draft_window_missing
 
-    window = None if draft_window_missing() else \
-        draw(st.one_of(st.none(), st.integers(drafts, MAX_SEQ_LEN)), label="draft window")
+    window = None if draft_window_missing() else draw(narrow(
+        "speculative_draft_window_size", st.one_of(st.none(), st.integers(drafts, MAX_SEQ_LEN)),
+        domain=[None, *range(drafts, MAX_SEQ_LEN + 1)]), label="draft window")
     sink = draw(st.one_of(st.none(), st.integers(0, 3)), label="draft sink") if window else None
     # EAGLE3: its head reads three target layers and drafts in a vocabulary of its own, mapped onto the target's
     algorithm = draw(narrow("speculative_algorithm", st.sampled_from(["EAGLE", "EAGLE3"]),
@@ -130,7 +141,7 @@ def draft_examples(draw):
     """An EAGLE draft case (`draft_cases`) and replays of each size: two draft batches, then two draft extends."""
     case, tile = draw(draft_cases())
     groups = []
-    for size in draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes"):
+    for size in draw(replay_sizes(case.capture_bs), label="replay sizes"):
         groups.append([draw(draft_batches(case, size)) for _ in range(2)] +
                       [draw(extend_batches(case, size)) for _ in range(2)])
     return case, groups, tile

@@ -34,7 +34,7 @@ from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 from suites.real_common import DETERMINISTIC_DRAFT, GATE_EXPLICIT_ONLY, MAX_REQUESTS, MAX_SEQ_LEN, PADDED_DRAFT, \
     REJECTION_SAMPLING_DRAFT, beyond_gate, draft_batch, draft_examples, draft_to_drawn, gate_families, \
     lora_program_from_drawn, lora_program_to_drawn, lora_serving, program_from_drawn, program_to_drawn, real_cases, \
-    run_draft, run_lora_program, run_served_program, staged_batch
+    replay_sizes, run_draft, run_lora_program, run_served_program, staged_batch
 
 
 
@@ -61,7 +61,7 @@ def real_examples(draw):
     """A case and its replays: one or two replayed sizes (on a captured size or between two), each replayed twice
     with new batches and a new cache."""
     case = draw(real_cases())
-    sizes = draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes")
+    sizes = draw(replay_sizes(case.capture_bs), label="replay sizes")
     return case, [[draw(staged_batch(n), label="batch") for _ in range(2)] for n in sizes]
 
 
@@ -241,7 +241,7 @@ def verify_examples(draw):
     vocab = min(f.config["vocab_size"] for f in FAMILIES.values())
     chain = [[k <= j for k in range(drafts)] for j in range(drafts)]
     groups = []
-    for size in draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes"):
+    for size in draw(replay_sizes(case.capture_bs), label="replay sizes"):
         group = []
         for _ in range(2):
             prefix = draw(st.lists(st.integers(1, MAX_SEQ_LEN - drafts), min_size=size, max_size=size))
@@ -697,7 +697,7 @@ def lora_examples(draw):
     max_loras = draw(st.sampled_from([2, 3]), label="max_loras_per_batch")
     embeddings = draw(st.booleans(), label="lora_embeddings")
     tied = draw(st.booleans(), label="lora_tied")
-    sizes = draw(st.lists(st.integers(1, max(case.capture_bs)), min_size=1, max_size=2), label="replay sizes")
+    sizes = draw(replay_sizes(case.capture_bs), label="replay sizes")
     return case, backend, max_loras, [[draw(lora_batch(n, max_loras, embeddings), label="batch") for _ in range(2)]
                                       for n in sizes], embeddings, tied
 

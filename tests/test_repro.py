@@ -110,7 +110,7 @@ def test_a_draft_runner_fault_is_searched_where_the_draft_graphs_run(tmp_path):
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "signature draft-runner-fault" in done.stdout
-    assert "searching suites/test_real_models.py -k 'draft'" in done.stdout
+    assert "searching suites/test_real_models.py -k 'eagle_draft_replays'" in done.stdout
     assert "[eager-equality]" in done.stdout and "KV slot" in done.stdout
     assert "fails as reported" in done.stdout
 
@@ -270,19 +270,21 @@ REPORTS = {
     "draft_runner_illegal_memory_access.log": (
         "draft-runner-fault", "real_models",
         {"speculative_algorithm": ["EAGLE"], "speculative_num_steps": [3], "speculative_eagle_topk": [4],
-         "speculative_num_draft_tokens": [8]}, {},
-        ["searching suites/test_real_models.py -k 'draft'", "--speculative-num-steps 3 -> speculative_num_steps=[3]: "
-         "narrows the search", "--tp 2 -> tp_size=[2]: ignored"]),
+         "speculative_num_draft_tokens": [8], "speculative_draft_window_size": [None]}, {},
+        ["searching suites/test_real_models.py -k 'eagle_draft_replays'",
+         "--speculative-num-steps 3 -> speculative_num_steps=[3]: narrows the search", "--tp 2 -> tp_size=[2]: ignored",
+         "no --speculative-draft-window-size (SGLang's default) -> speculative_draft_window_size=[None]: narrows"]),
     "npu_draft_extend_size_mismatch.log": (
         "draft-runner-fault", "real_models",
         {"personality": ["npu"], "default_max_bs": [24], "speculative_algorithm": ["EAGLE3"],
-         "speculative_num_steps": [2], "speculative_eagle_topk": [1], "speculative_num_draft_tokens": [3]}, {},
-        ["searching suites/test_decode_npu.py -k 'draft'"]),
+         "speculative_num_steps": [2], "speculative_eagle_topk": [1], "speculative_num_draft_tokens": [3],
+         "speculative_draft_window_size": [None]}, {},
+        ["searching suites/test_decode_npu.py -k 'eagle_draft_replays'"]),
     "draft_capture_host_sync.log": (
         "cuda-capture-refused", "real_models",
         {"speculative_algorithm": ["EAGLE"], "speculative_num_steps": [2], "speculative_eagle_topk": [2],
-         "speculative_num_draft_tokens": [4]}, {},
-        ["searching suites/test_real_models.py -k 'draft'"]),
+         "speculative_num_draft_tokens": [4], "speculative_draft_window_size": [None]}, {},
+        ["searching suites/test_real_models.py -k 'eagle_draft_replays'"]),
     # a LoRA adapter's lifecycle: searched in the LoRA server's lifetime, narrowed by the pool's slots; the frame
     # decides whether the known finding (an adapter on k_proj without q_proj) may answer
     "lora_k_proj_adapter_first_batch.log": (
