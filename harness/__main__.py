@@ -81,7 +81,8 @@ def selftest(options, extra: list[str]) -> int:
     each a pytest of its own; worksteal evens out their minute-long tails. `-n 0` runs them in one process."""
     spread = [] if _chose_workers(extra) else ["-n", str(min(os.cpu_count() or 1, SELFTEST_WORKERS)),
                                               "--dist", "worksteal"]
-    return _pytest(["tests", "-q", "-rfEs", *spread] + extra)
+    # the slowest 40 in the log: where CI's minutes go, for whoever trims it next
+    return _pytest(["tests", "-q", "-rfEs", "--durations=40", *spread] + extra)
 
 
 def oracles(options, extra: list[str]) -> int:
