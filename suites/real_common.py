@@ -95,8 +95,7 @@ def draft_cases(draw):
 def draft_vocabulary(case) -> int:
     """How many tokens the draft head scores: the target's top-k it is handed are ids of that vocabulary (EAGLE3's
     own, which `hot_token_id` maps onto the target's)."""
-    from harness.models.real import DRAFT_FAMILIES
-    from harness.targets.decode.eagle_draft import draft_family
+    from harness.models.real import DRAFT_FAMILIES, draft_family
 
     config = DRAFT_FAMILIES[draft_family(case.spec.algorithm)].config
     return config.get("draft_vocab_size") or config["vocab_size"]

@@ -165,7 +165,8 @@ def test_npu_eagle_draft_replays_match_eager_and_update_graphs(drawn, device, pe
     replay rebinds its graph with (`npu-graph-update`): per draft step that attends, each request's prefix plus the
     draft tokens the step reads, each padded request 0; per draft extend, each request's length past its window.
     The gate's example is an EAGLE3 head's tree (its own vocabulary, three target layers read)."""
-    from harness.targets.decode.eagle_draft import draft_family, draft_missing
+    from harness.models.real import draft_family
+    from harness.targets.decode.eagle_draft import draft_missing
 
     case, groups, tile = drawn
     with example("decode_npu_draft", personality=personality, family=draft_family(case.spec.algorithm),

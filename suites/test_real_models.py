@@ -298,7 +298,8 @@ def test_eagle_draft_replays_match_eager(drawn, device):
     Triton backend; each draft replay's tree and the KV its steps write against eager `draft_forward`, each extend's
     selected logits and hidden states and the KV its window writes against the worker's eager extend, and every
     KV rail, in the graph and eagerly, against the batch's arithmetic."""
-    from harness.targets.decode.eagle_draft import draft_family, draft_missing
+    from harness.models.real import draft_family
+    from harness.targets.decode.eagle_draft import draft_missing
 
     case, groups, tile = drawn
     with example("real_models_draft", family=draft_family(case.spec.algorithm),

@@ -338,7 +338,7 @@ class DraftWorkerLifetime(RuleBasedStateMachine):
         self.case, self.tile, self.target, self.program = None, None, None, []
 
     def _example(self, rule: str):
-        from harness.targets.decode.eagle_draft import draft_family
+        from harness.models.real import draft_family
 
         return example("real_models_draft", family=draft_family(self.case.spec.algorithm), rule=rule,
                        **draft_to_drawn(self.case, [self.program], self.tile))

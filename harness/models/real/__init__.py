@@ -189,6 +189,15 @@ def spec(family: str) -> Family:
     raise KeyError(f"no model family {family!r}: choose one of {sorted({*FAMILIES, *WORLD_FAMILIES})}")
 
 
+def draft_family(algorithm: str) -> str:
+    """The draft family (`DRAFT_FAMILIES`) a worker of `algorithm` (EAGLE, EAGLE3) runs."""
+    for name, family in DRAFT_FAMILIES.items():
+        if family.algorithm == algorithm:
+            return name
+    raise KeyError(f"no draft family for {algorithm!r}: one of "
+                   f"{sorted(f.algorithm for f in DRAFT_FAMILIES.values())}")
+
+
 def draft_algorithm(family: str):
     """SGLang's `SpeculativeAlgorithm` a draft family's worker serves under."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from harness.errors import HarnessError, PathMissing
-from harness.models.real import DRAFT_FAMILIES, build_family, missing_family, sliding_window_size
+from harness.models.real import DRAFT_FAMILIES, build_family, draft_family, missing_family, sliding_window_size
 from harness.oracles import OracleFailure, batch_consistency, graph_key
 from harness.oracles.draft_token_map import check_tokens_mapped
 from harness.oracles.npu_graph_update import expected_draft_updates, expected_extend_updates
@@ -108,15 +108,6 @@ def draft_window_missing() -> str | None:
         return (f"SGLang {sglang_version()} has no {module}.resolve_draft_decode_window: its multi-step draft plans "
                 "no draft window, so --speculative-draft-window-size / -sink-size are not driven on this release")
     return None
-
-
-def draft_family(algorithm: str) -> str:
-    """The draft family (`DRAFT_FAMILIES`) a worker of `algorithm` (EAGLE, EAGLE3) runs."""
-    for name, family in DRAFT_FAMILIES.items():
-        if family.algorithm == algorithm:
-            return name
-    raise HarnessError(f"no draft family for {algorithm!r}: one of "
-                       f"{sorted(f.algorithm for f in DRAFT_FAMILIES.values())}")
 
 
 def hot_token_map(draft_vocab: int, vocab: int, seed: int) -> torch.Tensor:
@@ -228,8 +219,9 @@ class EagleDraftTarget(RealModelTarget):
         """`personality`: the device SGLang's worker believes it runs on, which picks its runner classes
         (`RUNNER_CLASSES`; "npu": the NPU runners, under the virtual device's npu personality, whose platform hands
         the runners SGLang's `NPUCudaGraphBackend`)."""
-        if case.spec is None or case.spec.algorithm not in ("EAGLE", "EAGLE3") or case.spec.num_steps < 2:
-            raise HarnessError(f"an EAGLE draft target needs EAGLE or EAGLE3 with two or more draft steps, not "
+        served = sorted(family.algorithm for family in DRAFT_FAMILIES.values())
+        if case.spec is None or case.spec.algorithm not in served or case.spec.num_steps < 2:
+            raise HarnessError(f"an EAGLE draft target needs one of {served} with two or more draft steps, not "
                                f"{case.spec}")
         if personality not in RUNNER_CLASSES:
             raise HarnessError(f"no EAGLE draft runners for personality {personality!r}: one of {list(RUNNER_CLASSES)}")
