@@ -118,6 +118,7 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_served": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_lora_served": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_draft_prefill": Picture("batch size", "forward mode", note="replayed"),
+                 "real_models_hybrid": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_encoder": None,
                  "real_models_reference": None,
                  "real_models_refusal": None, "real_models_findings": None},
@@ -129,7 +130,10 @@ SUITES: tuple[Suite, ...] = (
                   "srt/lora/backend/triton_backend.py",
                   "srt/lora/backend/chunked_backend.py", "srt/lora/backend/torch_backend.py",
                   "srt/multimodal/vit_cuda_graph_runner.py", "srt/model_executor/runner/eager_runner.py",
-                  "srt/model_executor/cuda_graph_buffer_registry.py"),
+                  "srt/model_executor/cuda_graph_buffer_registry.py",
+                  # the hybrid family: its model, backend wrapper and linear-attention backend, its pools
+                  "srt/models/qwen3_5_text.py", "srt/layers/attention/hybrid_linear_attn_backend.py",
+                  "srt/layers/attention/linear/gdn_backend.py", "srt/mem_cache/memory_pool.py"),
     ),
     Suite(
         name="parallel_worlds",

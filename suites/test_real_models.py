@@ -23,7 +23,7 @@ from harness.errors import PathMissing
 from harness.oracles import OracleFailure, execution_context
 from harness.oracles.hooks import HookRecorder
 from harness.oracles.patch_contract import check_patch_model_contract
-from harness.models.real import DRAFT_FAMILIES, FAMILIES
+from harness.models.real import DRAFT_FAMILIES, FAMILIES, HYBRID_FAMILIES, spec
 from harness.oracles.recompile import RecompileWatcher
 from harness.profiles import suite_settings
 from harness.record import example
@@ -86,7 +86,7 @@ def run_example(ex, case, family, groups, split_tile=None):
             target = RealModelTarget(case, family=family, hooks=hooks, split_tile=split_tile)
         grad.check(target.model)
         captured = counter.since(mark)["num_graphs_captured"]
-        declared = FAMILIES[family].capture_refusal  # predicted from the family before the run
+        declared = spec(family).capture_refusal  # predicted from the family before the run
         if declared is not None and not target.capture_refused:
             raise OracleFailure("capture-legality", f"the {family} family declares its capture refused in "
                                 f"{declared[0]} ({declared[1]}), but the capture of {list(case.capture_bs)} succeeded")
@@ -141,6 +141,20 @@ def run_family(family, drawn, record="real_models", split_tile=None):
 @given(drawn=real_examples())
 def test_real_model_replay_matches_eager(family, drawn, device):
     run_family(family, drawn)
+
+
+@pytest.mark.parametrize("family", sorted(HYBRID_FAMILIES))
+@suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
+@hypothesis_example(drawn=PADDED_BETWEEN_SIZES)
+@given(drawn=real_examples())
+def test_hybrid_model_replay_matches_eager(family, drawn, device):
+    """A hybrid-state model (SGLang's Qwen3.5: a gated-delta-net layer, then gated full attention) captured by the
+    decode runner on SGLang's hybrid pools and `HybridLinearAttnBackend` (Triton for the full layer, GDN for the
+    linear one): each replay's logits, the KV cache and every request's conv and recurrent state it leaves, against
+    eager on the same state; a padded row must leave every live request's state slot alone (SGLang hands it the
+    state slot -1, which the kernels skip). Eager's full-attention layer is held to SGLang's torch-native
+    attention under the same wrapper."""
+    run_family(family, drawn, record="real_models_hybrid")
 
 
 def compiled(drawn):

@@ -52,7 +52,7 @@ import pytest
 from harness.devices import get_device
 from harness.oracles import OracleFailure
 from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
-from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, load
+from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_replays, family_missing, load
 from tests.mutant_runs import edited
 
 pytestmark = pytest.mark.slow  # drives SGLang's compile or capture in this process: seconds a test
@@ -478,3 +478,42 @@ def test_mla_untying_a_tied_head_fails_the_transformers_reference(monkeypatch):
     with pytest.raises(OracleFailure) as failure:
         _reference_check("mla", tied=True)
     assert failure.value.oracle == "transformers-reference"
+
+
+# -- the hybrid family: SGLang's HybridLinearAttnBackend and its per-request state slots -------------------------
+# capture 1 and 3; three requests (a captured size), then two padded to 3 on other rows
+HYBRID_CASE = DecodeCase(capture_bs=(1, 3), max_running_requests=8)
+HYBRID_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90, 17], positions=[8, 3, 12], seq_lens=[9, 4, 13],
+                                           req_pool_indices=[4, 2, 7]), seed=7),
+                   StagedBatch(DecodeBatch(input_ids=[33, 61], positions=[5, 10], seq_lens=[6, 11],
+                                           req_pool_indices=[1, 5]), seed=8)]]
+
+
+def run_hybrid() -> None:
+    load()
+    if family_missing("hybrid"):
+        pytest.skip(family_missing("hybrid"))
+    with get_device("cpu").install("cuda"):
+        check_replays(RealModelTarget(HYBRID_CASE, family="hybrid"), HYBRID_REPLAYS)
+
+
+def test_clean_sglang_passes_hybrid_replays():
+    run_hybrid()
+
+
+def test_hybrid_replay_keeping_capture_state_slots_fails_naming_the_state(monkeypatch):
+    """`HybridLinearAttnBackend._replay_metadata` no longer copies the batch's state slots into the captured
+    buffer: every replay's linear-attention layer reads and writes the slots of the capture's dummy batch."""
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import MambaAttnBackendBase
+
+    monkeypatch.setattr(MambaAttnBackendBase, "_replay_metadata", edited(
+        MambaAttnBackendBase._replay_metadata,
+        "        self.state_indices_list[bs - 1][: len(mamba_indices)].copy_(mamba_indices)", "        pass"))
+    with pytest.raises(OracleFailure) as failure:
+        run_hybrid()
+    assert failure.value.oracle == "eager-equality"
+    assert "replay differs from eager" in failure.value.diagnosis
+    diagnosis = failure.value.diagnosis
+    assert "`mamba recurrent_state[layer 0]` differs at state slot(s)" in diagnosis, diagnosis
+    assert "the linear-attention backend's `state_indices_list[2]` holds [-1, -1, -1] where the batch's rows map " \
+        "state slots [1, 2, 3]" in diagnosis, diagnosis

@@ -157,6 +157,23 @@ def graph_pool_handle() -> VirtualPoolHandle:
     return VirtualPoolHandle(next(_pool_ids))
 
 
+# What `torch.cuda.get_device_properties` answers for the virtual device: an H100's SM count, which SGLang's Triton
+# kernels size their launch grids by (the gated RMSNorm of the linear-attention layers). Nothing else: a caller
+# choosing a code path by compute capability or memory gets an AttributeError naming what it read.
+DEVICE_PROPERTIES = types.SimpleNamespace(name="virtual device (cpu)", multi_processor_count=132)
+
+
+def get_device_properties(device: Any = None) -> types.SimpleNamespace:
+    return DEVICE_PROPERTIES
+
+
+@contextlib.contextmanager
+def device_guard(index: Any = None) -> Iterator[None]:
+    """`torch.cuda.device(index)`'s twin for the one virtual device (SGLang's `device_context` enters it around
+    kernel launches: `torch.get_device_module(tensor.device).device(tensor.device.index)`)."""
+    yield
+
+
 def weak_ref_tensor(tensor: Any) -> Any:
     """A tensor sharing `tensor`'s storage (what SGLang's kernel returns), non-tensors unchanged."""
     if isinstance(tensor, torch.Tensor):
@@ -554,6 +571,8 @@ def install() -> Iterator[pytest.MonkeyPatch]:
                             ("is_current_stream_capturing", is_current_stream_capturing)):
             patches.setattr(torch.cpu, name, value, raising=False)
             patches.setattr(torch.cuda, name, value)
+        patches.setattr(torch.cuda, "get_device_properties", get_device_properties)
+        patches.setattr(torch.cpu, "device", device_guard, raising=False)
         for name, value in streams.NAMES.items():
             patches.setattr(torch.cpu, name, value, raising=False)
             patches.setattr(torch.cuda, name, _own_copy(value))  # Dynamo keys handlers by function: one each

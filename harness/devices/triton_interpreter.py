@@ -87,6 +87,17 @@ def _helper(fn: Any) -> Any:
     return _helper_class()(fn)
 
 
+@functools.cache
+def _interpreted_builtin(member: Any) -> Any:
+    """A `triton.language` builtin as Triton's interpreter patches it (`interpreter._patch_attr`)."""
+    from triton.runtime.interpreter import interpreter_semantic
+
+    def call(*args, **kwargs):
+        return member(*args, **{k: v for k, v in kwargs.items() if k != "_semantic"}, _semantic=interpreter_semantic)
+
+    return call
+
+
 def _nested_patches(fn_globals: dict, patches: pytest.MonkeyPatch, done: set) -> None:
     """Interpret the `@triton.jit` helpers reachable from a kernel's globals (and `triton.language`'s own)."""
     import triton.language as tl
@@ -103,6 +114,9 @@ def _nested_patches(fn_globals: dict, patches: pytest.MonkeyPatch, done: set) ->
             fn = _jit_function(value).fn
             patches.setitem(fn_globals, name, _helper(fn))
             _nested_patches(fn.__globals__, patches, done)
+        elif tl.core.is_builtin(value):  # bound to a module-level name (FLA's `exp = tl.exp`): Triton's
+            # interpreter patches `triton.language`'s own attributes only, so give it the same wrapper
+            patches.setitem(fn_globals, name, _interpreted_builtin(value))
         elif isinstance(value, types.ModuleType) and value in (tl, tl.math) and id(value) not in done:
             done.add(id(value))
             for attr in dir(value):

@@ -28,6 +28,10 @@ Families (`FAMILIES`; one layer (swa: two), hidden 64, vocab 128, float32):
   drawn prefixes), the window SGLang's `ModelRunner` sets (`sliding_window_size`), so the Triton backend builds
   its window rails (`update_sliding_window_buffer`) eager and in the graph. No logit soft-caps (see its config).
 
+Beside them (`HYBRID_FAMILIES`): hybrid: `Qwen3_5ForCausalLM`, a gated-delta-net linear-attention layer then a
+gated full-attention one, served from SGLang's hybrid pools (`pools.HybridPools`) through its
+`HybridLinearAttnBackend`; the decode target drives it (`Family.hybrid`).
+
 A family whose class the installed SGLang lacks is `missing(family)` (a reason naming the module and class); a
 configuration SGLang rejects raises SGLang's own error (`tests/test_real_model_build.py`).
 """
@@ -64,6 +68,9 @@ class Family:
     # eager within `same`'s tolerance, not bit for bit), or None: the same kernels
     captured_prefill_path: str | None = None
     algorithm: str | None = None  # a draft family: the `SpeculativeAlgorithm` its worker serves under
+    # linear-attention layers with a recurrent state per request: served from SGLang's hybrid pools (a Mamba state
+    # slot per request beside the KV cache) through its `HybridLinearAttnBackend`
+    hybrid: bool = False
 
     @property
     def model_file(self) -> str:
@@ -141,6 +148,21 @@ def _dense_qwen3() -> dict:
                 tie_word_embeddings=False, hidden_act="silu", attention_bias=False, bos_token_id=1, eos_token_id=2)
 
 
+def _hybrid_qwen3_5() -> dict:
+    """Qwen3.5's dense text model: a gated-delta-net linear-attention layer (conv state and recurrent state per
+    request), then a gated full-attention layer (`full_attention_interval` 2). Two value heads a key head: SGLang's
+    fused Triton unpack of the projections. Qwen3-Next is the same stack with an MoE block in every layer, whose
+    non-CUDA path the device refuses to capture (the moe family's refusal)."""
+    return dict(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", hidden_size=64, intermediate_size=128,
+                num_hidden_layers=2, full_attention_interval=2, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=16, attn_output_gate=True, partial_rotary_factor=0.25, linear_conv_kernel_dim=4,
+                linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                vocab_size=128, max_position_embeddings=512, rms_norm_eps=1e-6,
+                # plain RoPE, named: without it Qwen3_5TextConfig leaves rope_scaling {} and get_rope refuses it
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                torch_dtype="float32", tie_word_embeddings=False, hidden_act="silu", bos_token_id=1, eos_token_id=2)
+
+
 def _eagle_llama() -> dict:
     """An EAGLE draft head for the dense family: one decoder layer (no input norm) over fc(embedding, hidden)."""
     return {**_dense_llama(), "architectures": ["LlamaForCausalLMEagle"]}
@@ -173,6 +195,13 @@ DRAFT_FAMILIES = {
 }
 
 
+# Hybrid-state families (`Family.hybrid`), served by the decode target on SGLang's hybrid pools and backend; apart
+# from `FAMILIES`, whose suites build plain KV pools
+HYBRID_FAMILIES = {
+    "hybrid": Family("hybrid", "Qwen3_5ForCausalLM", "qwen3_5_text", _hybrid_qwen3_5(), hybrid=True),
+}
+
+
 # Families served by several ranks (`harness/worlds`), beside those above
 WORLD_FAMILIES = {
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", "qwen3", _dense_qwen3()),
@@ -183,10 +212,11 @@ WORLD_FAMILIES = {
 
 def spec(family: str) -> Family:
     """The family called `family`, from any of the tables."""
-    for table in (FAMILIES, WORLD_FAMILIES, DRAFT_FAMILIES):
+    for table in (FAMILIES, WORLD_FAMILIES, DRAFT_FAMILIES, HYBRID_FAMILIES):
         if family in table:
             return table[family]
-    raise KeyError(f"no model family {family!r}: choose one of {sorted({*FAMILIES, *WORLD_FAMILIES})}")
+    raise KeyError(f"no model family {family!r}: choose one of "
+                   f"{sorted({*FAMILIES, *WORLD_FAMILIES, *HYBRID_FAMILIES})}")
 
 
 def draft_family(algorithm: str) -> str:

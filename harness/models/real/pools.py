@@ -13,6 +13,7 @@ cache the replay saw.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -100,3 +101,75 @@ class Pools:
         with torch.no_grad():
             for (_, buffer), value in zip(self.buffers(), saved):
                 buffer.copy_(value)
+
+
+class HybridPools(Pools):
+    """A hybrid-state model's pools, as SGLang's KV-cache configurator builds them on one rank (no speculative
+    decoding, no Mamba extra buffer): `HybridReqToTokenPool` (its `MambaPool`: per linear-attention layer a conv
+    state and a recurrent state per slot, slot 0 SGLang's padding slot) and `HybridLinearKVPool` (K/V for the
+    full-attention layers only). `buffers()` lists the state per layer and kind, slot first, beside the K/V: a
+    snapshot, a restore and a cache comparison cover the recurrent state as they cover the KV cache. `stage` also
+    gives each request a state slot from SGLang's allocator, mapped from its pool row, its state drawn (what a
+    prefill would have left); the other rows keep stale mappings onto those slots, as finished requests leave
+    them."""
+
+    def __init__(self, model_config: Any, requests: int, tokens: int, device: str = "cpu") -> None:
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+        from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, HybridReqToTokenPool, MHATokenToKVPool
+
+        text = model_config.hf_config.get_text_config()
+        params = text.mamba2_cache_params
+        self.requests, self.tokens, self.mla = requests, tokens, False
+        self.staged_slots: list[list[int]] = []
+        self.staged_states: list[int] = []  # per request of the last staged batch, its state slot
+        self.state_layers = list(params.layers)
+        self.full_layers = list(text.full_attention_layer_ids)
+        self.req_to_token_pool = HybridReqToTokenPool(
+            size=requests, mamba_size=requests, mamba_spec_state_size=requests,
+            max_context_len=model_config.context_len, device=device, enable_memory_saver=False,
+            cache_params=params, mamba_layer_ids=self.state_layers, enable_mamba_extra_buffer=False,
+            speculative_num_draft_tokens=None, speculative_eagle_topk=None, enable_overlap_schedule=True,
+            start_layer=0)
+        self.token_to_kv_pool = HybridLinearKVPool(
+            size=tokens, dtype=torch.float32, page_size=1, head_num=model_config.get_num_kv_heads(1),
+            head_dim=model_config.head_dim, full_attention_layer_ids=self.full_layers, device=device,
+            mamba_pool=self.req_to_token_pool.mamba_pool, enable_memory_saver=False, enable_kv_cache_copy=False,
+            start_layer=0, full_kv_pool_class=MHATokenToKVPool, quant_method=None, post_capture_active=False,
+            use_mla=False)
+        self.allocator = TokenToKVPoolAllocator(tokens, torch.float32, device, self.token_to_kv_pool, False)
+        self.translator = KVIndexTranslator(
+            req_to_token=self.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=self.allocator,
+            token_to_kv_pool=self.token_to_kv_pool, page_size=1, device=device)
+
+    def buffers(self) -> list[tuple[str, torch.Tensor]]:
+        full = self.token_to_kv_pool.full_kv_pool
+        kv = [(f"{kind}_buffer[layer {layer}]", buffers[i]) for kind, buffers in
+              (("k", full.k_buffer), ("v", full.v_buffer)) for i, layer in enumerate(self.full_layers)]
+        cache = self.req_to_token_pool.mamba_pool.mamba_cache
+        kinds = [(f"conv_state{i if len(cache.conv) > 1 else ''}", conv) for i, conv in enumerate(cache.conv)]
+        kinds.append(("recurrent_state", cache.temporal))
+        return kv + [(f"mamba {kind}[layer {layer}]", states[i]) for kind, states in kinds
+                     for i, layer in enumerate(self.state_layers)]
+
+    def stage(self, seq_lens: list[int], pool_rows: list[int], seed: int) -> list[int]:
+        last = super().stage(seq_lens, pool_rows, seed)  # also draws every state slot's state
+        pool = self.req_to_token_pool
+        pool.mamba_allocator.clear()
+        slots = pool.mamba_allocator.alloc(len(pool_rows)).tolist()
+        # a row no request of the batch holds keeps the slot its finished request held, since handed to a live
+        # request (SGLang frees the slot and leaves the row's mapping): a padded row that reads a stale row's
+        # mapping instead of SGLang's sentinel then writes a live request's state. Row 0, the padding row, SGLang
+        # never maps.
+        idle = [row for row in range(1, self.requests + 1) if row not in pool_rows]
+        with torch.no_grad():
+            pool.req_index_to_mamba_index_mapping.zero_()
+            for row, slot in [*zip(pool_rows, slots), *zip(idle, itertools.cycle(slots))]:
+                pool.req_index_to_mamba_index_mapping[row] = slot
+        self.staged_states = slots
+        return last
+
+
+def pools_for(model_config: Any, hybrid: bool, requests: int, tokens: int, device: str = "cpu") -> Pools:
+    """The pools SGLang builds for the model: hybrid ones for a hybrid-state family, else plain KV pools."""
+    return (HybridPools if hybrid else Pools)(model_config, requests, tokens, device)

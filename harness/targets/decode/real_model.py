@@ -28,6 +28,12 @@ the torch references of a window layer read the Triton decode's window (`triton_
 `split_tile=N` runs the target under `--enable-deterministic-inference` with that KV split tile: each decode
 replay's split counts are then held to ceil(seq_len / N) (`batch_invariance.check_split_counts`).
 
+A hybrid-state family (`Family.hybrid`) is served as `ModelRunner` serves it: SGLang's hybrid pools
+(`pools.HybridPools`, a conv and a recurrent state slot per request) and its `attn_backend_wrapper` around each
+backend (`HybridLinearAttnBackend`: the Triton or torch-native backend for the full-attention layers, GDN's for the
+linear ones); the cache compared after a replay includes every request's state, and a diagnosis names the linear
+backend's `state_indices_list` against the batch's slots.
+
 A family whose SGLang path the device cannot capture (`Family.capture_refusal`: Qwen2-MoE's non-CUDA MoE) is
 constructed all the same; its refusal is checked to be the declared one (`capture_refused`) and `check_eager`
 holds its eager forward to the torch reference.
@@ -47,7 +53,7 @@ from harness.counter import counter
 from harness.devices.triton_interpreter import interpret_kernels
 from harness.errors import HarnessError, PathMissing
 from harness.models.real import RealModel, build, missing, sliding_window_size, spec, triton_decode_windows
-from harness.models.real.pools import Pools
+from harness.models.real.pools import Pools, pools_for
 from harness.oracles import OracleFailure
 from harness.oracles.batch_invariance import check_split_counts
 from harness.oracles.decode_replay import check_padding_promises
@@ -66,7 +72,15 @@ TRITON_MODULES = ("sglang.srt.layers.attention.triton_backend", "sglang.kernels.
                   "sglang.kernels.ops.attention.position",  # up to 0.5.1x ForwardBatch.init_new's extend positions
                   "sglang.kernels.ops.speculative.cache_locs",  # an EAGLE draft's per-step KV rails (eagle_draft.py)
                   "sglang.kernels.ops.speculative.row_argmax",  # its proposal under rejection sampling (fast_sample)
-                  "sglang.kernels.ops.memory.memcpy_triton")  # DP attention's gather and scatter (harness.worlds)
+                  "sglang.kernels.ops.memory.memcpy_triton",  # DP attention's gather and scatter (harness.worlds)
+                  # a hybrid family's linear-attention layers: projections, gating, conv and recurrent state
+                  # updates, the gated norm, the state-slot bookkeeping of its backend
+                  "sglang.kernels.ops.attention.triton_gdn_fused_proj",
+                  "sglang.kernels.ops.attention.linear.fused_gdn_gating",
+                  "sglang.kernels.ops.mamba.causal_conv1d_triton", "sglang.kernels.ops.attention.fla.fused_recurrent",
+                  "sglang.kernels.ops.attention.fla.layernorm_gated",
+                  "sglang.kernels.ops.mamba.mamba_state_indices_triton",
+                  "sglang.kernels.ops.mamba.mamba_state_scatter_triton")
 # Under --enable-deterministic-inference SGLang's Triton backend runs a TARGET_VERIFY's attention through its unified
 # extend kernel, which on a sliding-window layer attends another key set than the plain verify, the torch-native
 # backend and the HF window (logits up to 1.6 apart on the swa family; a strict-xfail finding in the suite). Such a
@@ -230,17 +244,21 @@ class RealModelTarget(v0_5_14.Target):
 
         self.real = self.load_model()
         self.pools = self.make_pools(case, device)
-        self._model_runner = self._runner_double(case, device)
-        runner_backend = TritonAttnBackend(self._model_runner)
-        self._model_runner.attn_backend = runner_backend
-        self.reference_attn_backend = TorchNativeAttnBackend(self._model_runner)
-        return self.real.model, None, runner_backend, TritonAttnBackend(self._model_runner)
+        self._model_runner = runner = self._runner_double(case, device)
+        wrap = _hybrid_wrapper(runner) if self.real.family.hybrid else (lambda backend: backend)
+        runner_backend = wrap(TritonAttnBackend(runner))
+        runner.attn_backend = runner_backend
+        self.reference_attn_backend = wrap(TorchNativeAttnBackend(runner))
+        eager_backend = wrap(TritonAttnBackend(runner))
+        runner.attn_backend = runner_backend  # the wrapper keeps the linear backends it built last on the runner
+        return self.real.model, None, runner_backend, eager_backend
 
     def make_pools(self, case: DecodeCase, device: str) -> Pools:
         """The KV pools this target serves from (one per family and request rows in a process)."""
         key = (self.family, case.max_running_requests)
         if key not in _POOLS:
-            _POOLS[key] = Pools(self.real.model_config, case.max_running_requests, KV_TOKENS, device)
+            _POOLS[key] = pools_for(self.real.model_config, self.real.family.hybrid, case.max_running_requests,
+                                    KV_TOKENS, device)
         return _POOLS[key]
 
     def _runner_double(self, case: DecodeCase, device: str):
@@ -256,6 +274,9 @@ class RealModelTarget(v0_5_14.Target):
         from harness.targets.prefill.v0_5_14 import parallel_view
 
         runner.ps = parallel_view()  # up to 0.5.19 ForwardBatch.init_new reads the runner's parallel view
+        if self.real.family.hybrid:  # what SGLang's backend wrapper reads to build the linear-attention side
+            runner.use_mla_backend, runner.is_draft_worker = False, False
+            runner.decode_attention_backend_str = "triton"
         return runner
 
     def make_model_runner(self, case: DecodeCase, device: str):
@@ -328,18 +349,29 @@ class RealModelTarget(v0_5_14.Target):
                 return (forward or self.model.forward)(fb.input_ids, fb.positions, fb)
 
 
+def _hybrid_wrapper(runner):
+    """SGLang's own `attn_backend_wrapper`, as `ModelRunner` applies it to the backend it chose: for a hybrid-state
+    model, a `HybridLinearAttnBackend` over that backend (the full-attention layers) and the linear-attention
+    backend the model's layers need (GDN's here)."""
+    from sglang.srt.layers.attention.attention_registry import attn_backend_wrapper
+
+    return lambda backend: attn_backend_wrapper(runner, backend)
+
+
 # -- the check --------------------------------------------------------------------------------------------------
 def _cache_difference(pools: Pools, replayed: list[torch.Tensor], eager: list[torch.Tensor],
                       exact: bool) -> str | None:
-    """Where the KV cache a replay left differs from eager's, slot 0 (SGLang's padding slot, which padded rows
-    write) aside."""
+    """Where the KV cache (and a hybrid model's per-request state) a replay left differs from eager's, buffer by
+    buffer, slot 0 (SGLang's padding slot, which padded rows write) aside."""
+    found = []
     for (name, _), a, b in zip(pools.buffers(), replayed, eager):
-        a, b = a[1:].flatten(1), b[1:].flatten(1)
+        a, b = a[1:].flatten(1).float(), b[1:].flatten(1).float()
         differs = (a != b) if exact else ~torch.isclose(a, b, rtol=1e-4, atol=1e-5)
         slots = [slot + 1 for slot in differs.any(dim=1).nonzero().flatten().tolist()]
         if slots:
-            return f"`{name}` differs at KV slot(s) {slots[:8]}"
-    return None
+            kind = "state" if name.startswith("mamba") else "KV"  # a hybrid model's per-request state slots
+            found.append(f"`{name}` differs at {kind} slot(s) {slots[:8]}")
+    return "; ".join(found) or None
 
 
 def static_input_report(target: RealModelTarget, batch: DecodeBatch) -> str:
@@ -364,7 +396,7 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
     """Which of the Triton backend's graph metadata buffers differs from what the staged batch implies: the KV
     index pointer (cumulative seq_lens of the padded batch, padded rows SGLang's fill value) and the KV indices
     (each request's slots in order, a padded row the padding row's slot 0). A diagnosis, read after a failure."""
-    backend = target.attn_backend
+    backend = getattr(target.attn_backend, "full_attn_backend", target.attn_backend)  # a hybrid's Triton side
     padded = min(s for s in target.capture_bs if s >= batch.batch_size)
     fill = backend.get_cuda_graph_seq_len_fill_value()
     lens = list(batch.seq_lens) + [fill] * (padded - batch.batch_size)
@@ -394,6 +426,13 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
         if held != indices:
             wrong.append(f"its `cuda_graph_window_kv_indices`[:{len(indices)}] holds {held[:16]} where each "
                          f"request's last {window} slots are {indices[:16]}")
+    linear = getattr(target.attn_backend, "linear_attn_backend", None)
+    if linear is not None and batch.forward_mode == "DECODE":  # each row's state slot, a padded row SGLang's -1
+        states = target.pools.staged_states + [-1] * (padded - batch.batch_size)
+        held = linear.state_indices_list[padded - 1][:padded].tolist()
+        if held != states:
+            wrong.append(f"the linear-attention backend's `state_indices_list[{padded - 1}]` holds {held} where "
+                         f"the batch's rows map state slots {states} (a padded row: SGLang's -1)")
     mask = batch.custom_mask()
     verify_mask = getattr(backend, "_verify_mask", None)
     if mask is not None and verify_mask is not None:  # the verify mask the replay's kernels read, request by request
