@@ -76,14 +76,15 @@ PADDED_BETWEEN_SIZES = (DecodeCase(capture_bs=(1, 3), max_running_requests=MAX_R
                           _batch([2, 24], [8, 1], [9, 64], 12, [0, -20])]])
 
 
-def run_example(ex, case, family, groups, split_tile=None):
+def run_example(ex, case, family, groups, split_tile=None, mamba_track=None):
     device = get_device("cpu")
     device.reset()
     hooks = HookRecorder()
     with RecompileWatcher("real model decode forward") as watcher:
         mark = counter.mark()
         with execution_context.watching(f"the {family} family's capture of {list(case.capture_bs)}") as grad:
-            target = RealModelTarget(case, family=family, hooks=hooks, split_tile=split_tile)
+            target = RealModelTarget(case, family=family, hooks=hooks, split_tile=split_tile,
+                                     mamba_track=mamba_track)
         grad.check(target.model)
         captured = counter.since(mark)["num_graphs_captured"]
         declared = spec(family).capture_refusal  # predicted from the family before the run
@@ -125,14 +126,15 @@ CAPTURED = sorted(name for name, family in FAMILIES.items() if family.capture_re
 REFUSED = sorted(name for name, family in FAMILIES.items() if family.capture_refusal is not None)
 
 
-def run_family(family, drawn, record="real_models", split_tile=None):
+def run_family(family, drawn, record="real_models", split_tile=None, mamba_track=None):
     case, groups = drawn
     tile = {"split_tile": split_tile} if split_tile is not None else {}
-    with example(record, family=family, **tile, **_to_drawn(case, groups)) as ex:
+    track = {"mamba_track_interval": mamba_track} if mamba_track is not None else {}
+    with example(record, family=family, **tile, **track, **_to_drawn(case, groups)) as ex:
         reason = real_model.family_missing(family)
         if reason:
             pytest.skip(reason)
-        run_example(ex, case, family, groups, split_tile=split_tile)
+        run_example(ex, case, family, groups, split_tile=split_tile, mamba_track=mamba_track)
 
 
 @pytest.mark.parametrize("family", CAPTURED)
@@ -143,18 +145,22 @@ def test_real_model_replay_matches_eager(family, drawn, device):
     run_family(family, drawn)
 
 
+# the gate's hybrid example checkpoints every 8 tokens: the request of 24 tokens tracks its state in the second
+# replay, on the padded size
 @pytest.mark.parametrize("family", sorted(HYBRID_FAMILIES))
 @suite_settings(gate_examples=1, shrink_in_gate=False, **GATE_EXPLICIT_ONLY)
-@hypothesis_example(drawn=PADDED_BETWEEN_SIZES)
-@given(drawn=real_examples())
-def test_hybrid_model_replay_matches_eager(family, drawn, device):
+@hypothesis_example(drawn=PADDED_BETWEEN_SIZES, track=8)
+@given(drawn=real_examples(), track=st.sampled_from([None, 2, 4, 8]))
+def test_hybrid_model_replay_matches_eager(family, drawn, track, device):
     """A hybrid-state model (SGLang's Qwen3.5: a gated-delta-net layer, then gated full attention) captured by the
     decode runner on SGLang's hybrid pools and `HybridLinearAttnBackend` (Triton for the full layer, GDN for the
     linear one): each replay's logits, the KV cache and every request's conv and recurrent state it leaves, against
     eager on the same state; a padded row must leave every live request's state slot alone (SGLang hands it the
     state slot -1, which the kernels skip). Eager's full-attention layer is held to SGLang's torch-native
-    attention under the same wrapper."""
-    run_family(family, drawn, record="real_models_hybrid")
+    attention under the same wrapper. `track` (drawn): the radix cache's Mamba extra buffer, each request
+    checkpointing its state into its ping-pong track slot at every multiple of that many tokens
+    (`--mamba-track-interval`; the runner's `mamba_track_indices` / `mamba_track_mask` slots, padded rows zero)."""
+    run_family(family, drawn, record="real_models_hybrid", mamba_track=track)
 
 
 def compiled(drawn):

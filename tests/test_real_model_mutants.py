@@ -42,6 +42,15 @@ and clean SGLang must pass the same case.
 - graph_offered_to_input_embeds: `PrefillCudaGraphRunner.can_replay_locally` without its `input_embeds` rule: a
   batch sent as embeddings is offered a graph (`admission`).
 
+- hybrid replay keeping the capture's state slots: `HybridLinearAttnBackend._replay_metadata` (its Mamba base)
+  no longer copies the batch's state slots into the captured `state_indices_list`: the linear-attention layer of
+  every replay reads and writes the capture's dummy slots. The diagnosis names the recurrent state's slots and the
+  buffer against the batch's slots.
+
+- hybrid replay keeping the capture's track slots: under the Mamba extra buffer the same method no longer copies
+  the batch's track destinations: a request that checkpoints writes its state into slot 0, its own track slot
+  keeps the old one. The diagnosis names the track slot and `mamba_track_indices_buf` against the batch's.
+
 In-process rather than a subprocess mutant run: the edit is a wrapper around SGLang's own method, and the model
 build and a one-size capture cost a few seconds, where a fresh interpreter importing SGLang costs tens.
 """
@@ -517,3 +526,40 @@ def test_hybrid_replay_keeping_capture_state_slots_fails_naming_the_state(monkey
     assert "`mamba recurrent_state[layer 0]` differs at state slot(s)" in diagnosis, diagnosis
     assert "the linear-attention backend's `state_indices_list[2]` holds [-1, -1, -1] where the batch's rows map " \
         "state slots [1, 2, 3]" in diagnosis, diagnosis
+
+
+# the Mamba extra buffer, a checkpoint every 8 tokens: the third request (16 tokens) checkpoints on the captured 3,
+# then two requests padded to 3 (the padded row must checkpoint nothing)
+TRACK_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90, 17], positions=[8, 3, 15], seq_lens=[9, 4, 16],
+                                          req_pool_indices=[4, 2, 7]), seed=7),
+                  StagedBatch(DecodeBatch(input_ids=[33, 61], positions=[5, 10], seq_lens=[6, 11],
+                                          req_pool_indices=[1, 5]), seed=8)]]
+
+
+def run_track() -> None:
+    load()
+    if family_missing("hybrid"):
+        pytest.skip(family_missing("hybrid"))
+    with get_device("cpu").install("cuda"):
+        check_replays(RealModelTarget(HYBRID_CASE, family="hybrid", mamba_track=8), TRACK_REPLAYS)
+
+
+def test_clean_sglang_passes_hybrid_replays_that_checkpoint_state():
+    run_track()
+
+
+def test_hybrid_replay_keeping_capture_track_slots_fails_naming_the_checkpoint(monkeypatch):
+    """`_replay_metadata` no longer copies the batch's track destinations into the captured buffer: a request
+    that checkpoints writes its state into the capture's slot 0, not its own track slot."""
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import MambaAttnBackendBase
+
+    monkeypatch.setattr(MambaAttnBackendBase, "_replay_metadata", edited(
+        MambaAttnBackendBase._replay_metadata,
+        "        track_buf.copy_(self._translate_mamba_indices(mamba_track_indices[:bs]))", "        pass"))
+    with pytest.raises(OracleFailure) as failure:
+        run_track()
+    assert failure.value.oracle == "eager-equality"
+    diagnosis = failure.value.diagnosis
+    assert "`mamba recurrent_state[layer 0]` differs at state slot(s) [8]" in diagnosis, diagnosis
+    assert "its `mamba_track_indices_buf`[:3] holds [0, 0, 0] where the batch's requests track into slots " \
+        "[5, 6, 8] (checkpointing [False, False, True])" in diagnosis, diagnosis

@@ -113,7 +113,9 @@ class HybridPools(Pools):
     prefill would have left); the other rows keep stale mappings onto those slots, as finished requests leave
     them."""
 
-    def __init__(self, model_config: Any, requests: int, tokens: int, device: str = "cpu") -> None:
+    def __init__(self, model_config: Any, requests: int, tokens: int, device: str = "cpu", track: bool = False) -> None:
+        """`track`: the Mamba extra buffer (`--mamba-radix-cache-strategy extra_buffer`): each request also holds
+        its ping-pong track slots, where a decode step checkpoints its state at every track interval."""
         from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
         from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, HybridReqToTokenPool, MHATokenToKVPool
@@ -123,12 +125,14 @@ class HybridPools(Pools):
         self.requests, self.tokens, self.mla = requests, tokens, False
         self.staged_slots: list[list[int]] = []
         self.staged_states: list[int] = []  # per request of the last staged batch, its state slot
+        self.staged_tracks: list[list[int]] = []  # and its ping-pong track slots (`track`)
+        self.track = track
         self.state_layers = list(params.layers)
         self.full_layers = list(text.full_attention_layer_ids)
         self.req_to_token_pool = HybridReqToTokenPool(
-            size=requests, mamba_size=requests, mamba_spec_state_size=requests,
+            size=requests, mamba_size=requests * 3 if track else requests, mamba_spec_state_size=requests,
             max_context_len=model_config.context_len, device=device, enable_memory_saver=False,
-            cache_params=params, mamba_layer_ids=self.state_layers, enable_mamba_extra_buffer=False,
+            cache_params=params, mamba_layer_ids=self.state_layers, enable_mamba_extra_buffer=track,
             speculative_num_draft_tokens=None, speculative_eagle_topk=None, enable_overlap_schedule=True,
             start_layer=0)
         self.token_to_kv_pool = HybridLinearKVPool(
@@ -166,10 +170,30 @@ class HybridPools(Pools):
             pool.req_index_to_mamba_index_mapping.zero_()
             for row, slot in [*zip(pool_rows, slots), *zip(idle, itertools.cycle(slots))]:
                 pool.req_index_to_mamba_index_mapping[row] = slot
-        self.staged_states = slots
+        self.staged_states, self.staged_tracks = slots, []
+        if self.track:  # each request's ping-pong track slots, SGLang's allocator's too (stale on idle rows)
+            width = pool.mamba_ping_pong_track_buffer_size
+            tracks = pool.mamba_allocator.alloc(len(pool_rows) * width).view(len(pool_rows), width)
+            mapping = pool.req_index_to_mamba_ping_pong_track_buffer_mapping
+            with torch.no_grad():
+                mapping.zero_()
+                for row, pair in [*zip(pool_rows, tracks), *zip(idle, itertools.cycle(tracks))]:
+                    mapping[row] = pair
+            self.staged_tracks = tracks.tolist()
         return last
 
+    def track_fields(self, seq_lens: list[int], interval: int) -> tuple[list[int], list[bool]]:
+        """What SGLang's `prepare_for_decode` hands a decode batch under the extra buffer: each request's track
+        destination (its ping-pong slot, alternating at each checkpoint) and whether this step checkpoints (its
+        length a multiple of the track interval)."""
+        indices = [pair[(n // interval) % len(pair)] for pair, n in zip(self.staged_tracks, seq_lens)]
+        return indices, [n % interval == 0 for n in seq_lens]
 
-def pools_for(model_config: Any, hybrid: bool, requests: int, tokens: int, device: str = "cpu") -> Pools:
-    """The pools SGLang builds for the model: hybrid ones for a hybrid-state family, else plain KV pools."""
-    return (HybridPools if hybrid else Pools)(model_config, requests, tokens, device)
+
+def pools_for(model_config: Any, hybrid: bool, requests: int, tokens: int, device: str = "cpu",
+              track: bool = False) -> Pools:
+    """The pools SGLang builds for the model: hybrid ones for a hybrid-state family (with the Mamba extra buffer
+    when `track`), else plain KV pools."""
+    if hybrid:
+        return HybridPools(model_config, requests, tokens, device, track=track)
+    return Pools(model_config, requests, tokens, device)

@@ -194,13 +194,19 @@ class RealModelTarget(v0_5_14.Target):
     """See the module docstring. `family`: a key of `harness.models.real.FAMILIES`."""
 
     def __init__(self, case: DecodeCase, *, family: str, layout=None, personality: str = "cuda",
-                 device: str = "cpu", hooks: Any = None, split_tile: int | None = None) -> None:
+                 device: str = "cpu", hooks: Any = None, split_tile: int | None = None,
+                 mamba_track: int | None = None) -> None:
+        """`mamba_track`: a hybrid family served with the Mamba extra buffer, its decode steps checkpointing each
+        request's state every `mamba_track` tokens (`--mamba-track-interval`); None: no extra buffer."""
         if device != "cpu":
             raise HarnessError(f"the real-model target runs on the cpu virtual device (its Triton kernels by the CPU "
                                f"interpreter), not on {device!r}")
         self.family = family
         # `--enable-deterministic-inference` with this SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE (None: off)
         self.split_tile = split_tile
+        self.mamba_track = mamba_track
+        if mamba_track is not None and not spec(family).hybrid:
+            raise HarnessError(f"--mamba-track-interval {mamba_track} asks for a hybrid-state family, not {family}")
         reason = missing(family)
         if reason:
             raise PathMissing(reason)
@@ -235,7 +241,11 @@ class RealModelTarget(v0_5_14.Target):
         """`--enable-deterministic-inference` when asked: SGLang's Triton backend then sizes KV splits by a fixed
         tile (`SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE`) from each replay's seq_lens, takes the non-lean decode path
         and the unified one-stage extend kernel (a TARGET_VERIFY's attention)."""
-        return {"enable_deterministic_inference": True} if self.split_tile is not None else {}
+        flags = {"enable_deterministic_inference": True} if self.split_tile is not None else {}
+        if self.mamba_track is not None:  # the radix cache on, its Mamba extra buffer, the checkpoint interval
+            flags.update(disable_radix_cache=False, mamba_radix_cache_strategy="extra_buffer",
+                         mamba_track_interval=self.mamba_track)
+        return flags
 
     # -- the parts ---------------------------------------------------------------------------------------------
     def build_parts(self, case: DecodeCase, device: str) -> tuple:
@@ -255,10 +265,11 @@ class RealModelTarget(v0_5_14.Target):
 
     def make_pools(self, case: DecodeCase, device: str) -> Pools:
         """The KV pools this target serves from (one per family and request rows in a process)."""
-        key = (self.family, case.max_running_requests)
+        track = self.mamba_track is not None
+        key = (self.family, case.max_running_requests, track)
         if key not in _POOLS:
             _POOLS[key] = pools_for(self.real.model_config, self.real.family.hybrid, case.max_running_requests,
-                                    KV_TOKENS, device)
+                                    KV_TOKENS, device, track=track)
         return _POOLS[key]
 
     def _runner_double(self, case: DecodeCase, device: str):
@@ -323,6 +334,10 @@ class RealModelTarget(v0_5_14.Target):
             return batch.built()
         fb = super().forward_batch(batch)
         fb.req_to_token_pool, fb.token_to_kv_pool = self.pools.req_to_token_pool, self.pools.token_to_kv_pool
+        if self.mamba_track is not None and batch.forward_mode == "DECODE":
+            indices, mask = self.pools.track_fields(batch.seq_lens, self.mamba_track)
+            fb.mamba_track_indices = torch.tensor(indices, dtype=torch.int64)
+            fb.mamba_track_mask = torch.tensor(mask, dtype=torch.bool)
         return fb
 
     def replay(self, batch: DecodeBatch):
@@ -380,7 +395,8 @@ def static_input_report(target: RealModelTarget, batch: DecodeBatch) -> str:
     width = target.case.tokens_per_request
     rows = []
     for name, per_token in (("input_ids", True), ("positions", True), ("out_cache_loc", True),
-                            ("req_pool_indices", False), ("seq_lens", False)):
+                            ("req_pool_indices", False), ("seq_lens", False), ("mamba_track_indices", False),
+                            ("mamba_track_mask", False)):
         buffer = target.static_buffer(name)
         if buffer is not None:
             stop = padded * width if per_token else padded
@@ -433,6 +449,12 @@ def stale_metadata(target: RealModelTarget, batch: DecodeBatch) -> str:
         if held != states:
             wrong.append(f"the linear-attention backend's `state_indices_list[{padded - 1}]` holds {held} where "
                          f"the batch's rows map state slots {states} (a padded row: SGLang's -1)")
+        if target.mamba_track is not None:  # where each row checkpoints its state (a padded row: nowhere)
+            tracks, mask = target.pools.track_fields(batch.seq_lens, target.mamba_track)
+            held = linear.mamba_track_indices_buf[:batch.batch_size].tolist()
+            if held != tracks:
+                wrong.append(f"its `mamba_track_indices_buf`[:{batch.batch_size}] holds {held} where the batch's "
+                             f"requests track into slots {tracks} (checkpointing {mask})")
     mask = batch.custom_mask()
     verify_mask = getattr(backend, "_verify_mask", None)
     if mask is not None and verify_mask is not None:  # the verify mask the replay's kernels read, request by request
