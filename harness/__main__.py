@@ -81,8 +81,10 @@ def selftest(options, extra: list[str]) -> int:
     each a pytest of its own; worksteal evens out their minute-long tails. `-n 0` runs them in one process."""
     spread = [] if _chose_workers(extra) else ["-n", str(min(os.cpu_count() or 1, SELFTEST_WORKERS)),
                                               "--dist", "worksteal"]
+    # the extended tier (the same oracle on the same path again) only when asked, or when -m chooses itself
+    tier = [] if options.extended or "-m" in extra else ["-m", "not extended"]
     # the slowest 40 in the log: where CI's minutes go, for whoever trims it next
-    return _pytest(["tests", "-q", "-rfEs", "--durations=40", *spread] + extra)
+    return _pytest(["tests", "-q", "-rfEs", "--durations=40", *tier, *spread] + extra)
 
 
 def oracles(options, extra: list[str]) -> int:
@@ -260,7 +262,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness") -> int:
                                 "base's campaign line map (built there when missing); changed lines against --base, "
                                 "or against the installed SGLang")
     pre_merge.set_defaults(handler=gate)
-    commands.add_parser("selftest", help="the harness's own tests").set_defaults(handler=selftest)
+    own = commands.add_parser("selftest", help="the harness's own tests")
+    own.add_argument("--extended", action="store_true",
+                     help="also the extended tier: every row of the mutant tables, every release tree (nightly)")
+    own.set_defaults(handler=selftest)
     commands.add_parser("targets", help="which targeted SGLang paths the installed release has").set_defaults(
         handler=targets)
     space = commands.add_parser("axes", help="the settings and batch fields the targeted files read, and what the "

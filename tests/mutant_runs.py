@@ -45,6 +45,20 @@ class Mutant:
             require(self.oracle)
 
 
+def tiered(table: dict[str, Mutant]) -> list:
+    """The table's row names for `parametrize`, in name order: the first row of each (oracle, test, options) runs
+    in every selftest; a further row firing the same oracle on the same path is `extended` (the nightly's and
+    `selftest --extended`'s), so the default selftest still shows every oracle fire on every path a table drives."""
+    seen, rows = set(), []
+    for name in sorted(table):
+        mutant = table[name]
+        where = (mutant.select or mutant.test).split()
+        key = (mutant.oracle, where[0] if where else "", mutant.extra)
+        rows.append(pytest.param(name, marks=pytest.mark.extended) if key in seen else name)
+        seen.add(key)
+    return rows
+
+
 def _warm_worker(python: Path | None) -> WarmWorker:
     key = str(python or sys.executable)
     if key not in _WARM:

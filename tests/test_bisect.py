@@ -74,6 +74,7 @@ def _bisect(repo: Path, good: str, bad: str, report_dir: Path) -> subprocess.Com
     return done
 
 
+@pytest.mark.extended  # the selftest's bisect is the repro-script one below: the same history, the same commit
 def test_bisect_names_the_commit_that_introduced_the_mutant(history, tmp_path):
     repo, commits = history
     done = _bisect(repo, commits["clean"], commits["after"], tmp_path)

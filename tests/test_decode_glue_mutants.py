@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
+from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant, tiered
 
 pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
@@ -319,7 +319,7 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", tiered(MUTANTS))
 def test_switch_mutant_fails_with_its_diagnosis(name, tmp_path):
     test = MUTANTS[name].test
     virtual = ("--device", "cpu") if test.startswith(NPU) else ()  # the NPU runner: virtual device only

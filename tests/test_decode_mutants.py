@@ -28,7 +28,7 @@ from __future__ import annotations
 import pytest
 
 from tests.mutant_tables import BUG1, STATIC
-from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant
+from tests.mutant_runs import Mutant, assert_caught, run_suite_on_mutant, tiered
 
 pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
@@ -236,7 +236,7 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", tiered(MUTANTS))
 def test_decode_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
     assert_caught(name, MUTANTS[name], tmp_path)
 

@@ -9,7 +9,7 @@ import pytest
 
 from harness.record import read_records
 from tests.mutant_tables import BUG2_MIXED_NOT_NORMALISED, GLOBAL_NORMALISED
-from tests.mutant_runs import Mutant, failure_records, run_suite_on_mutant
+from tests.mutant_runs import Mutant, failure_records, run_suite_on_mutant, tiered
 
 pytestmark = pytest.mark.subprocess  # every test here runs a suite in another process
 
@@ -487,14 +487,14 @@ def _first_failure(report_dir) -> dict:
     return failures[0]
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", tiered(MUTANTS))
 def test_mutant_fails_the_suite_with_its_diagnosis(name, tmp_path):
     failure = _detected(name, MUTANTS[name], tmp_path, ())
     _check_diagnosis(failure, MUTANTS[name])
     assert failure["sglang_mutant"] == name and failure["test"] in failure["replay"]
 
 
-@pytest.mark.parametrize("name", sorted(PATH_MUTANTS))
+@pytest.mark.parametrize("name", tiered(PATH_MUTANTS))
 def test_path_mutant_fails_its_test_with_its_diagnosis(name, tmp_path):
     mutant = PATH_MUTANTS[name]
     failure = _detected(name, mutant, tmp_path, ("-k", mutant.select))
