@@ -157,7 +157,8 @@ def test_hybrid_model_replay_matches_eager(family, drawn, track, device):
     linear one): each replay's logits, the KV cache and every request's conv and recurrent state it leaves, against
     eager on the same state; a padded row must leave every live request's state slot alone (SGLang hands it the
     state slot -1, which the kernels skip). Eager's full-attention layer is held to SGLang's torch-native
-    attention under the same wrapper. `track` (drawn): the radix cache's Mamba extra buffer, each request
+    attention under the same wrapper. `track` (drawn): the radix cache's Mamba extra buffer
+    (`enable_mamba_extra_buffer`), each request
     checkpointing its state into its ping-pong track slot at every multiple of that many tokens
     (`--mamba-track-interval`; the runner's `mamba_track_indices` / `mamba_track_mask` slots, padded rows zero)."""
     run_family(family, drawn, record="real_models_hybrid", mamba_track=track)
