@@ -105,9 +105,9 @@ class Pools:
 
 class HybridPools(Pools):
     """A hybrid-state model's pools, as SGLang's KV-cache configurator builds them on one rank (no speculative
-    decoding, no Mamba extra buffer): `HybridReqToTokenPool` (its `MambaPool`: per linear-attention layer a conv
-    state and a recurrent state per slot, slot 0 SGLang's padding slot) and `HybridLinearKVPool` (K/V for the
-    full-attention layers only). `buffers()` lists the state per layer and kind, slot first, beside the K/V: a
+    decoding; the Mamba extra buffer when `track`): `HybridReqToTokenPool` (its `MambaPool`: per linear-attention
+    layer a conv state and a recurrent state per slot, slot 0 SGLang's padding slot) and `HybridLinearKVPool` (K/V
+    for the full-attention layers only). `buffers()` lists the state per layer and kind, slot first, beside the K/V: a
     snapshot, a restore and a cache comparison cover the recurrent state as they cover the KV cache. `stage` also
     gives each request a state slot from SGLang's allocator, mapped from its pool row, its state drawn (what a
     prefill would have left); the other rows keep stale mappings onto those slots, as finished requests leave
@@ -130,6 +130,7 @@ class HybridPools(Pools):
         self.state_layers = list(params.layers)
         self.full_layers = list(text.full_attention_layer_ids)
         self.req_to_token_pool = HybridReqToTokenPool(
+            # a state slot a request, and under the extra buffer its two ping-pong track slots beside it
             size=requests, mamba_size=requests * 3 if track else requests, mamba_spec_state_size=requests,
             max_context_len=model_config.context_len, device=device, enable_memory_saver=False,
             cache_params=params, mamba_layer_ids=self.state_layers, enable_mamba_extra_buffer=track,
