@@ -498,12 +498,12 @@ HYBRID_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90, 17], positions=[8, 
                                            req_pool_indices=[1, 5]), seed=8)]]
 
 
-def run_hybrid() -> None:
+def run_hybrid(replays=HYBRID_REPLAYS, mamba_track: int | None = None) -> None:
     load()
     if family_missing("hybrid"):
         pytest.skip(family_missing("hybrid"))
     with get_device("cpu").install("cuda"):
-        check_replays(RealModelTarget(HYBRID_CASE, family="hybrid"), HYBRID_REPLAYS)
+        check_replays(RealModelTarget(HYBRID_CASE, family="hybrid", mamba_track=mamba_track), replays)
 
 
 def test_clean_sglang_passes_hybrid_replays():
@@ -521,8 +521,8 @@ def test_hybrid_replay_keeping_capture_state_slots_fails_naming_the_state(monkey
     with pytest.raises(OracleFailure) as failure:
         run_hybrid()
     assert failure.value.oracle == "eager-equality"
-    assert "replay differs from eager" in failure.value.diagnosis
     diagnosis = failure.value.diagnosis
+    assert "replay differs from eager" in diagnosis, diagnosis
     assert "`mamba recurrent_state[layer 0]` differs at state slot(s)" in diagnosis, diagnosis
     assert "the linear-attention backend's `state_indices_list[2]` holds [-1, -1, -1] where the batch's rows map " \
         "state slots [1, 2, 3]" in diagnosis, diagnosis
@@ -536,16 +536,8 @@ TRACK_REPLAYS = [[StagedBatch(DecodeBatch(input_ids=[5, 90, 17], positions=[8, 3
                                           req_pool_indices=[1, 5]), seed=8)]]
 
 
-def run_track() -> None:
-    load()
-    if family_missing("hybrid"):
-        pytest.skip(family_missing("hybrid"))
-    with get_device("cpu").install("cuda"):
-        check_replays(RealModelTarget(HYBRID_CASE, family="hybrid", mamba_track=8), TRACK_REPLAYS)
-
-
 def test_clean_sglang_passes_hybrid_replays_that_checkpoint_state():
-    run_track()
+    run_hybrid(TRACK_REPLAYS, mamba_track=8)
 
 
 def test_hybrid_replay_keeping_capture_track_slots_fails_naming_the_checkpoint(monkeypatch):
@@ -557,7 +549,7 @@ def test_hybrid_replay_keeping_capture_track_slots_fails_naming_the_checkpoint(m
         MambaAttnBackendBase._replay_metadata,
         "        track_buf.copy_(self._translate_mamba_indices(mamba_track_indices[:bs]))", "        pass"))
     with pytest.raises(OracleFailure) as failure:
-        run_track()
+        run_hybrid(TRACK_REPLAYS, mamba_track=8)
     assert failure.value.oracle == "eager-equality"
     diagnosis = failure.value.diagnosis
     assert "`mamba recurrent_state[layer 0]` differs at state slot(s) [8]" in diagnosis, diagnosis
