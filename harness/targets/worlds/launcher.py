@@ -1,8 +1,9 @@
 """The parent side of a world: start one process per rank, collect their records, reap them all.
 
-`run_world(case)` starts the ranks (forked from multiprocessing's fork server, which imported torch and SGLang
-once; spawned for a mutant's scratch SGLang), one Pipe each and each rank's output in its own log file, then waits
-for every record within `timeout` seconds. Nothing is lost and nothing is left behind:
+`run_world(case)` starts the ranks, forked from a fork server that imported torch and SGLang once
+(multiprocessing's for the installed SGLang, one of its own for a mutant's scratch copy), one Pipe each and each
+rank's output in its own log file, then waits for every record within `timeout` seconds. Nothing is lost and
+nothing is left behind:
 - a rank that exits without a record crashed: `WorldOutcome.crashed` names it with its exit code and log tail;
 - a rank still running at the deadline hangs (a collective its peers never joined): each such rank is asked for
   its threads' stacks (SIGUSR1, written to its log) before it is killed, and `WorldOutcome.hung` names it;
@@ -19,6 +20,7 @@ import signal
 import socket
 import tempfile
 import time
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -50,14 +52,70 @@ class WorldOutcome:
         return not self.crashed and not self.hung
 
 
-def _start_method(sglang_root: str | None):
-    """How ranks start: forked from a fork server that imported torch and SGLang once (`preload`); a mutant's ranks,
-    which import another SGLang first, by spawn."""
-    if sglang_root is not None or os.environ.get(START_VARIABLE) == "spawn":
+def _start_method():
+    """How ranks start: forked from a fork server that imported torch and SGLang once (`preload`): multiprocessing's
+    own for the installed SGLang, one of the root's for a mutant's scratch copy (`_root_server`)."""
+    if os.environ.get(START_VARIABLE) == "spawn":
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([PRELOAD])
     return context
+
+
+_ROOT_SERVER: dict[str, forkserver.ForkServer] = {}  # the one fork server of a scratch root this process holds
+
+
+def _root_server(sglang_root: str) -> forkserver.ForkServer:
+    """A fork server whose preload imported `sglang_root`'s SGLang (PYTHONPATH names it first when it starts, as
+    a spawned rank's would): its ranks start with the mutant imported, as the installed SGLang's do, instead of
+    each importing torch and SGLang anew (about 15 s a rank on 2 cores). The server of another root is stopped
+    first: one idle server (about 1 GiB) at a time."""
+    for root in [r for r in _ROOT_SERVER if r != sglang_root]:
+        _ROOT_SERVER.pop(root)._stop()
+    if sglang_root not in _ROOT_SERVER:
+        server = forkserver.ForkServer()
+        server.set_forkserver_preload([PRELOAD])
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join([sglang_root, path or ""]).rstrip(os.pathsep)
+        try:
+            server.ensure_running()
+        finally:
+            os.environ.pop("PYTHONPATH") if path is None else os.environ.__setitem__("PYTHONPATH", path)
+        _ROOT_SERVER[sglang_root] = server
+    return _ROOT_SERVER[sglang_root]
+
+
+def _launch(context, job: Job, connection):
+    """Start `job`'s rank: (its process, the context the next rank starts from). When no fork server can start the
+    first rank (its preload died importing the mutant), the world's ranks are spawned, and each meets the import
+    error itself: its record says so."""
+    process = context.Process(target=main, args=(job, connection), name=f"harness-rank{job.rank}", daemon=True)
+    try:
+        _start(process, job.sglang_root)
+    except (OSError, EOFError):
+        if job.rank or context.get_start_method() == "spawn":
+            raise
+        context = multiprocessing.get_context("spawn")
+        process = context.Process(target=main, args=(job, connection), name=f"harness-rank{job.rank}", daemon=True)
+        process.start()
+    return process, context
+
+
+def _start(process, sglang_root: str | None) -> None:
+    """Start a rank: from the root's fork server for a mutant (multiprocessing reads the module's
+    `connect_to_new_process` at each start, so the rank comes from that server), else as its context starts it."""
+    if sglang_root is None or not isinstance(process, multiprocessing.context.ForkServerProcess):
+        process.start()
+        return
+    standard = forkserver.connect_to_new_process
+    forkserver.connect_to_new_process = _root_server(sglang_root).connect_to_new_process
+    try:
+        process.start()
+    except (OSError, EOFError):  # the server died in its preload: the mutant's import raised (not ImportError)
+        _ROOT_SERVER.pop(sglang_root)._stop()
+        raise
+    finally:
+        forkserver.connect_to_new_process = standard
 
 
 def _free_port() -> int:
@@ -86,7 +144,7 @@ def run_world(case: WorldCase, checkpoint: str, *, timeout: float = DEFAULT_TIME
     ranks import first (a mutant's scratch copy)."""
     started = time.monotonic()
     log_dir = log_dir or tempfile.mkdtemp(prefix="harness-world-")
-    context = _start_method(sglang_root)
+    context = _start_method()
     port, cpus = _free_port(), _cpus(case.world.ranks)
     processes, connections, logs, records = {}, {}, {}, {}
     try:
@@ -94,8 +152,7 @@ def run_world(case: WorldCase, checkpoint: str, *, timeout: float = DEFAULT_TIME
             logs[rank] = os.path.join(log_dir, f"rank{rank}.log")
             parent_end, child_end = context.Pipe(duplex=False)
             job = Job(case, rank, checkpoint, port, logs[rank], cpus, stream_order, coverage, sglang_root)
-            process = context.Process(target=main, args=(job, child_end), name=f"harness-rank{rank}", daemon=True)
-            process.start()
+            process, context = _launch(context, job, child_end)
             child_end.close()
             processes[rank], connections[rank] = process, parent_end
         records.update(_collect(processes, connections, started + timeout, grace))
