@@ -90,7 +90,9 @@ def test_bisect_names_the_commit_that_introduced_the_mutant(history, tmp_path):
     assert "rebinding-by-value-import" in steps[commits["bug1"]]["why"]
 
 
-@pytest.mark.parametrize("case", ["not a checkout", "unknown revision", "good fails", "bad passes"])
+# "bad passes" runs the test on the bad commit as "good fails" does on the good one: the extended tier's
+@pytest.mark.parametrize("case", ["not a checkout", "unknown revision", "good fails",
+                                  pytest.param("bad passes", marks=pytest.mark.extended)])
 def test_bisect_bad_input_is_a_clear_message_and_leaves_the_checkout_alone(case, history, tmp_path):
     repo, commits = history
     good, bad, tree, message = {

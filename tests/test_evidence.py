@@ -45,6 +45,7 @@ def test_a_failing_compile_is_traced_and_rendered(tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.extended  # each ablation setting re-runs the failing example: 164 s under CI's load
 def test_an_ablation_names_the_smallest_setting_that_still_fails(tmp_path):
     done = _pytest("suites/test_decode_capture.py::test_replay_matches_eager_and_patch_model_contract", PADDED_ROWS,
                    "--report-dir", str(tmp_path), "--ablate")

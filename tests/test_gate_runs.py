@@ -29,6 +29,7 @@ def _gate(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+@pytest.mark.extended  # the run below compares two trees too, and finds the one setting only
 def test_base_on_identical_trees_reports_nothing(tmp_path):
     clean = str(scratch_sglang([]))
     done = _gate(clean, "--base", clean, "--suites", ONE_TEST, "--no-behaviour-change", "--report-dir",
@@ -42,6 +43,9 @@ def test_base_reports_a_setting_no_oracle_names(tmp_path):
     done = _gate(halved, "--base", clean, "--suites", ONE_TEST, "--report-dir", str(tmp_path / "report"))
     assert done.returncode == 0, done.stdout[-3000:]  # every oracle passes: only the comparison sees it
     assert "note dynamo_budget.accumulated_recompile_limit | 1024 | 512" in done.stdout
+    # and nothing else: every example drew the same values and gave the same verdict and outputs on both trees
+    rows = [json.loads(line) for line in (tmp_path / "report" / "behaviour.jsonl").read_text().splitlines()]
+    assert rows and {row["what"] for row in rows} == {"note dynamo_budget.accumulated_recompile_limit"}, rows[:3]
     refactor = _gate(halved, "--base", clean, "--suites", ONE_TEST, "--no-behaviour-change", "--report-dir",
                      str(tmp_path / "refactor"))
     assert refactor.returncode == 1, refactor.stdout[-3000:]

@@ -62,7 +62,12 @@ def _tree(commit: str, into: Path) -> Path:
     return into / f"sglang-{commit}"
 
 
-@pytest.mark.parametrize("version", RELEASES)
+# the release with bug 2 and the newest checked one in every selftest; the releases between them in the extended tier
+BUG2_DEFAULT = (RELEASES[0], RELEASES[-1]) if RELEASES else ()
+
+
+@pytest.mark.parametrize("version", [version if version in BUG2_DEFAULT
+                                     else pytest.param(version, marks=pytest.mark.extended) for version in RELEASES])
 def test_prefill_suite_matches_bug2_history(version, tmp_path):
     python = _python(version)
     result = run_release(python, suite=SUITE, report_dir=tmp_path, timeout=1800)
@@ -116,8 +121,8 @@ def _unbound_update(failure: dict) -> bool:
     return failure["oracle"] == "npu-graph-update" and UNBOUND_UPDATE in failure["diagnosis"]
 
 
-# the bug and the fix in every selftest; the two trees between them (each a later finding) in the extended tier
-BUG1_EXTENDED = ("70c71ba1", "4ed698a4")
+# the bug in every selftest; the two trees after it (each a later finding) and the fixed tree in the extended tier
+BUG1_EXTENDED = ("70c71ba1", "4ed698a4", "4ed698a4+30112")
 
 
 @pytest.mark.parametrize("tree_name", [pytest.param(name, marks=pytest.mark.extended) if name in BUG1_EXTENDED
@@ -160,8 +165,14 @@ DECODE_DYNAMIC = f"{DECODE_SUITE}::test_replay_matches_eager_and_patch_model_con
 STATIC_TEST = f"{DECODE_SUITE}::test_no_module_imports_a_rebound_name_by_value"
 
 
-@pytest.mark.parametrize("personality", ["cuda", "npu"])
-@pytest.mark.parametrize("version", DECODE_PRE14_RELEASES)
+# every selftest drives each pre-0.5.14 release under one personality and each personality on one release
+PRE14_DEFAULT = (("0.5.9", "cuda"), ("0.5.10", "npu"))
+
+
+@pytest.mark.parametrize(("version", "personality"), [
+    pytest.param(version, personality, marks=() if (version, personality) in PRE14_DEFAULT else pytest.mark.extended,
+                 id=f"{version}-{personality}")
+    for version in DECODE_PRE14_RELEASES for personality in ("cuda", "npu")])
 def test_decode_suite_drives_the_pre14_runner(version, personality, tmp_path):
     python = _python(version)
     result = run_release(python, suite=DECODE_SUITE, extra=("--personality", personality, DECODE_REGRESSIONS),

@@ -96,6 +96,7 @@ def test_a_pasted_log_is_reproduced_by_search_and_replayed_standalone(tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.extended  # a search end to end runs in every selftest (the pasted log's); this one in another runner
 def test_a_draft_runner_fault_is_searched_where_the_draft_graphs_run(tmp_path):
     """A GPU report of an illegal memory access in the EAGLE draft runner's replay, on SGLang whose runner no
     longer zeroes the padded rows' KV slots: the search runs the draft test narrowed to the launch command's

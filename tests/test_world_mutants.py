@@ -121,6 +121,7 @@ def test_dp_bucket_per_rank_fails_naming_each_ranks_bucket(reference):
         and "rank 1: decode graph, bucket 1" in failure.diagnosis, failure.diagnosis
 
 
+@pytest.mark.extended  # world-agreement on this world's vote: the idle rank's mutant, in every selftest
 def test_extending_rank_voting_for_the_graph_fails_naming_graph_and_eager(reference):
     failure, _ = judged(DP_SHORT, reference, [(DP_ATTN, "        or local_batch.forward_mode.is_decode_or_idle()\n",
                                                "        or local_batch.forward_mode.is_decode_or_idle()\n"
@@ -210,6 +211,7 @@ def test_prefill_vote_kept_local_fails_naming_graph_and_eager(reference):
         failure.diagnosis, failure.diagnosis
 
 
+@pytest.mark.extended  # world-agreement on this world's graph-or-eager split: the prefill vote's mutant
 def test_decode_not_converted_fails_naming_the_ranks(reference):
     failure, _ = judged(DP_PREFILL_GRAPHS, reference, [(
         DP_ATTN, "        batch.convert_decode_to_extend()\n", "")])
@@ -282,6 +284,7 @@ def test_eager_dropping_the_pipeline_input_fails_naming_the_rank(reference):
     assert "rank 1 of world tp1 pp2" in failure.diagnosis and "iteration 0" in failure.diagnosis, failure.diagnosis
 
 
+@pytest.mark.extended  # world-rank naming stage 1 of this world: the eager pipeline input's mutant
 def test_prefill_graph_dropping_the_pipeline_input_fails_at_capture(reference):
     failure, _ = judged(PIPELINE, reference, [(
         PREFILL_RUNNER, '        kwargs["pp_proxy_tensors"] = pp_proxy_tensors\n', "        pass\n")])
