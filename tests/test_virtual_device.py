@@ -237,6 +237,35 @@ def test_a_captured_triton_launch_replays_in_order_on_new_inputs(virtual):
     assert z.tolist() == [7.0, -11.0, 121.0]  # ... before the aten op that reads it
 
 
+def test_wrapped_kernels_get_their_heuristics_computed_per_launch_and_the_first_config():
+    """A kernel under `@triton.heuristics` (FLA's chunked gated-delta-rule kernels are) gets each heuristic computed
+    from the launch's own arguments, as `Heuristics.run` computes it, and sees what an autotuner outside it added
+    (its first config); a caller's own value wins over a config's."""
+    import triton
+    import triton.language as tl
+
+    from harness.devices.triton_interpreter import InterpretedKernel
+
+    @triton.autotune(configs=[triton.Config({"SCALE": 3}), triton.Config({"SCALE": 5})], key=["n"])
+    @triton.heuristics({"HAS_BIAS": lambda args: args["bias"] is not None,
+                        "BLOCK": lambda args: triton.next_power_of_2(args["n"]) * args["SCALE"] // args["SCALE"]})
+    @triton.jit
+    def scaled(x_ptr, bias, n, SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask) * SCALE
+        if HAS_BIAS:
+            x += tl.load(bias + offsets, mask=mask)
+        tl.store(x_ptr + offsets, x, mask=mask)
+
+    kernel = InterpretedKernel(scaled)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    kernel[(1,)](x, None, 3)  # BLOCK 4, no bias, SCALE 3 (the first config)
+    assert x.tolist() == [3.0, 6.0, 9.0]
+    kernel[(1,)](x, torch.tensor([1.0, 1.0, 1.0]), 3, SCALE=2)  # the caller's SCALE, with the bias
+    assert x.tolist() == [7.0, 13.0, 19.0]
+
+
 @pytest.mark.parametrize("measured", [False, True])
 def test_an_interpreted_launch_runs_untraced_unless_its_file_is_measured(measured, monkeypatch):
     """A launch runs without the thread's trace function (coverage's tracer: half a real-model example's time) and

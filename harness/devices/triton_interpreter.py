@@ -1,10 +1,10 @@
 """SGLang's Triton kernels on the CPU virtual device: run by Triton's own CPU interpreter.
 
 The virtual device has no Triton driver, so a `@triton.jit` kernel cannot compile here. `interpret_kernels(modules)`
-swaps every Triton kernel those modules hold by name (`JITFunction`s, and `Autotuner`/`Heuristics` wrappers, whose
-first config or heuristic is used) for an `InterpretedKernel`, launched as SGLang launches it (`kernel[grid](*args)`)
-and run by `triton.runtime.interpreter.InterpretedFunction`. The `@triton.jit` helpers a kernel calls (its module's,
-`tl.cdiv` ...) are interpreted too while it runs.
+swaps every Triton kernel those modules hold by name (`JITFunction`s, and `Autotuner`/`Heuristics` wrappers: an
+autotuner's first config, each heuristic computed per launch as Triton computes it) for an `InterpretedKernel`,
+launched as SGLang launches it (`kernel[grid](*args)`) and run by `triton.runtime.interpreter.InterpretedFunction`.
+The `@triton.jit` helpers a kernel calls (its module's, `tl.cdiv` ...) are interpreted too while it runs.
 
 Why this route and not `TRITON_INTERPRET=1`: that switch acts when `@triton.jit` decorates, i.e. at the import of
 SGLang's kernel modules, process-wide and for every suite of a pytest worker; this one is scoped to a `with` block
@@ -138,7 +138,7 @@ class InterpretedKernel:
         self.name = jit.fn.__name__
         self.filename = os.path.realpath(jit.fn.__code__.co_filename)
         self.interpreted = InterpretedFunction(jit.fn)
-        self.constants = _wrapper_constants(kernel)
+        self.wrappers = _wrappers(kernel)
 
     def __getitem__(self, grid):
         return functools.partial(_launch, self, grid)
@@ -206,24 +206,39 @@ def _launch(kernel: InterpretedKernel, grid, *args, **kwargs):
     """One launch of `kernel` on `grid`, as SGLang launches it (`kernel[grid](*args, **kwargs)`)."""
     from harness.devices import cpu
 
-    merged = {**kernel.constants, **kwargs}
-    for key in list(kernel.constants):
-        if key in kwargs:
-            merged[key] = kwargs[key]
+    merged = _wrapper_kwargs(kernel.wrappers, args, kwargs)
     return cpu.record_launch(kernel.name, lambda: kernel._run(grid, args, merged))
 
 
-def _wrapper_constants(kernel: Any) -> dict:
-    """What an `Autotuner` / `Heuristics` wrapper would add to a launch: the first config's kwargs (and its
-    num_warps, which the interpreter ignores), the heuristics' values are computed per launch by Triton, so a kernel
-    wrapped in heuristics is refused here rather than run with made-up constants."""
+def _wrappers(kernel: Any) -> list:
+    """Triton's `Autotuner` / `Heuristics` wrappers around a kernel, outermost first (the order they run in)."""
     from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
 
-    if isinstance(kernel, Heuristics):
-        raise TypeError(f"{kernel!r}: Triton heuristics wrappers are not supported by the interpreted launch")
-    if isinstance(kernel, Autotuner):
-        return dict(kernel.configs[0].kwargs)
-    return {}
+    chain = []
+    while not isinstance(kernel, JITFunction):
+        if not isinstance(kernel, (Autotuner, Heuristics)):
+            raise TypeError(f"{kernel!r}: a Triton wrapper the interpreted launch does not know")
+        chain.append(kernel)
+        kernel = kernel.fn
+    return chain
+
+
+def _wrapper_kwargs(wrappers: list, args: tuple, kwargs: dict) -> dict:
+    """The keyword arguments the kernel gets once its wrappers ran, each seeing what the ones outside it added:
+    an `Autotuner` adds its first config's kwargs (the caller's own value wins; the interpreter ignores num_warps);
+    a `Heuristics` computes each of its values from the launch's arguments as `Heuristics.run` does (FLA's
+    `lambda args: args["h0"] is not None`, SGLang's block sizes)."""
+    from triton.runtime.autotuner import Heuristics
+
+    kwargs = dict(kwargs)
+    for wrapper in wrappers:
+        if isinstance(wrapper, Heuristics):
+            for name, heuristic in wrapper.values.items():
+                kwargs[name] = heuristic({**dict(zip(wrapper.arg_names, args)), **kwargs})
+        else:
+            kwargs = {**wrapper.configs[0].kwargs, **kwargs}
+    return kwargs
 
 
 def _skip_dropped_overflow_checks(patches: pytest.MonkeyPatch) -> None:
@@ -270,6 +285,6 @@ def interpret_kernels(modules: Iterable[types.ModuleType]) -> Iterator[list[str]
                 try:
                     patches.setattr(module, name, _interpreted(value))
                 except TypeError:
-                    continue  # a heuristics wrapper: left as it is (it raises if SGLang launches it)
+                    continue  # a wrapper Triton does not ship: left as it is (its launch needs a GPU)
                 swapped.append(f"{module.__name__}.{name}")
         yield swapped
