@@ -57,9 +57,9 @@ def replay_sizes(capture_bs) -> st.SearchStrategy:
 
 @st.composite
 def draft_cases(draw):
-    """An EAGLE or EAGLE3 draft worker's settings: 2 or 3 steps, 1 or 2 branches a step (a tree's draft-token
-    budget drawn within what its steps score), maybe rejection sampling (top-k 1), capture sizes, and maybe
-    `--enable-deterministic-inference` (a split tile). Returns (case, tile)."""
+    """An EAGLE, EAGLE3 or STANDALONE draft worker's settings: 2 or 3 steps, 1 or 2 branches a step (a tree's
+    draft-token budget drawn within what its steps score), maybe rejection sampling (top-k 1), capture sizes, and
+    maybe `--enable-deterministic-inference` (a split tile). Returns (case, tile)."""
     # narrowed by `python -m harness repro` to a launch command's --speculative-num-steps / -eagle-topk /
     # -num-draft-tokens where they fall in these ranges
     steps = draw(narrow("speculative_num_steps", st.integers(2, 3), domain=range(2, 4)), label="draft steps")
@@ -76,12 +76,14 @@ def draft_cases(draw):
         "speculative_draft_window_size", st.one_of(st.none(), st.integers(drafts, MAX_SEQ_LEN)),
         domain=[None, *range(drafts, MAX_SEQ_LEN + 1)]), label="draft window")
     sink = draw(st.one_of(st.none(), st.integers(0, 3)), label="draft sink") if window else None
-    # EAGLE3: its head reads three target layers and drafts in a vocabulary of its own, mapped onto the target's
-    algorithm = draw(narrow("speculative_algorithm", st.sampled_from(["EAGLE", "EAGLE3"]),
-                            domain=["EAGLE", "EAGLE3"]), label="algorithm")
+    # EAGLE3: its head reads three target layers and drafts in a vocabulary of its own, mapped onto the target's;
+    # STANDALONE: a vanilla model of its own, reading no hidden state (its batches and graphs carry none)
+    algorithms = ["EAGLE", "EAGLE3", "STANDALONE"]
+    algorithm = draw(narrow("speculative_algorithm", st.sampled_from(algorithms), domain=algorithms),
+                     label="algorithm")
     # speculative_use_rejection_sampling (--speculative-use-rejection-sampling): SGLang allows it at top-k 1 only;
-    # drawn for EAGLE (its proposal rows here are the target vocabulary's)
-    sampling = topk == 1 and algorithm == "EAGLE" and draw(st.booleans(), label="rejection sampling")
+    # drawn where the proposal rows are the target vocabulary's (not EAGLE3's own)
+    sampling = topk == 1 and algorithm != "EAGLE3" and draw(st.booleans(), label="rejection sampling")
     case = dataclasses.replace(draw(real_cases()), spec=SpecSettings(num_steps=steps, topk=topk,
                                                                      num_draft_tokens=drafts, algorithm=algorithm,
                                                                      rejection_sampling=sampling,
@@ -184,6 +186,10 @@ DETERMINISTIC_DRAFT = (*PADDED_DRAFT[:2], 16)
 # (--speculative-draft-window-size 6: the 14- and 9-token prefixes read through window rails of their last slots)
 PADDED_EAGLE3_DRAFT = (dataclasses.replace(PADDED_DRAFT[0], spec=dataclasses.replace(
     PADDED_DRAFT[0].spec, algorithm="EAGLE3", draft_window=6)), *PADDED_DRAFT[1:])
+# the same tree drafted by a STANDALONE draft: a vanilla Llama of its own weights, reading no hidden state of the
+# target's (its batches carry none, its graphs capture none)
+PADDED_STANDALONE_DRAFT = (dataclasses.replace(PADDED_DRAFT[0], spec=dataclasses.replace(
+    PADDED_DRAFT[0].spec, algorithm="STANDALONE")), *PADDED_DRAFT[1:])
 # under --speculative-use-rejection-sampling (top-k 1, three steps), capture 1 and 3: three greedy requests (the
 # greedy graph of size 3), two of which one samples (the sampling graph, padded to 3: the first step's proposal
 # held), three that sample at top-k 4 and all tokens (the sampling graph, at its size: the whole tree held, both

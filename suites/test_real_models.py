@@ -32,9 +32,9 @@ from harness.targets.decode.base import DecodeBatch, DecodeCase, SpecSettings
 from harness.targets.decode.real_model import RealModelTarget, StagedBatch, check_eager, check_replays
 from harness.targets.decode.scheduled import Admit, Decode, Finish, run_program
 from suites.real_common import DETERMINISTIC_DRAFT, GATE_EXPLICIT_ONLY, MAX_REQUESTS, MAX_SEQ_LEN, PADDED_DRAFT, \
-    REJECTION_SAMPLING_DRAFT, beyond_gate, draft_batch, draft_examples, draft_to_drawn, gate_families, \
-    lora_program_from_drawn, lora_program_to_drawn, lora_serving, program_from_drawn, program_to_drawn, real_cases, \
-    replay_sizes, run_draft, run_lora_program, run_served_program, staged_batch
+    PADDED_STANDALONE_DRAFT, REJECTION_SAMPLING_DRAFT, beyond_gate, draft_batch, draft_examples, draft_to_drawn, \
+    gate_families, lora_program_from_drawn, lora_program_to_drawn, lora_serving, program_from_drawn, \
+    program_to_drawn, real_cases, replay_sizes, run_draft, run_lora_program, run_served_program, staged_batch
 
 
 
@@ -309,12 +309,14 @@ def test_real_model_target_verify_matches_eager(family, drawn, device):
 # tile), where the deterministic target replays and the draft's drawn examples reach the tile
 @beyond_gate(drawn=DETERMINISTIC_DRAFT)
 @beyond_gate(drawn=PADDED_DRAFT)
+@beyond_gate(drawn=PADDED_STANDALONE_DRAFT)
 @hypothesis_example(drawn=REJECTION_SAMPLING_DRAFT)
 @given(drawn=draft_examples())
 def test_eagle_draft_replays_match_eager(drawn, device):
     """The EAGLE draft worker's graphs (`harness/targets/decode/eagle_draft.py`): SGLang's
     `EAGLEDraftCudaGraphRunner` captures `EagleDraftWorker.draft_forward` over SGLang's `LlamaForCausalLMEagle` (or,
-    drawn, an EAGLE3 head drafting in its own vocabulary: `draft-token-map`) on
+    drawn, an EAGLE3 head drafting in its own vocabulary: `draft-token-map`; or a STANDALONE draft, a vanilla Llama
+    reading no hidden state, under SGLang's `StandaloneDraftWorker`) on
     its `TritonMultiStepDraftBackend`, and `EAGLEDraftExtendCudaGraphRunner` the draft extend after a verify on its
     Triton backend; each draft replay's tree and the KV its steps write against eager `draft_forward`, each extend's
     selected logits and hidden states and the KV its window writes against the worker's eager extend, and every
@@ -541,7 +543,9 @@ def draft_prefill_examples(draw):
                    label="batches")
     seeds = [draw(st.lists(st.integers(0, 2 ** 16), min_size=2, max_size=2, unique=True), label="hidden seeds")
              for _ in batches]
-    family = draw(st.sampled_from(sorted(DRAFT_FAMILIES)), label="draft_family")
+    # the EAGLE heads: a STANDALONE draft's prefill reads no target hidden state, the buffer this test is about
+    family = draw(st.sampled_from(sorted(name for name, f in DRAFT_FAMILIES.items() if f.algorithm != "STANDALONE")),
+                  label="draft_family")
     composed = st.booleans() if family == "eagle3" else st.just(False)
     multimodal = [draw(composed, label="multimodal target") for _ in batches]
     return tuple(sorted(counts)), batches, seeds, family, multimodal

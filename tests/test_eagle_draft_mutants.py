@@ -13,6 +13,8 @@ worker, its multi-step backend or its runner: only this target can see them.
 - padded_extend_writes_left_stale: `EAGLEDraftExtendCudaGraphRunner.execute` no longer zeroes the static
   `out_cache_loc` before a padded replay: the padded rows of the draft extend write their window's K/V into the
   slots the last batch held, where eager writes nothing: `eager-equality` names the slots.
+  The same on a STANDALONE draft, whose extend carries no hidden state (the graph captures the draft's own, eager
+  none: nothing reads either, so only the logits and the KV are compared).
 - extend_rail_counts_the_window: `TritonAttnBackend._update_draft_extend_buffers` takes the whole post-window
   length as each request's KV rail (the window's own slots read again as prefix), in the graph only:
   `draft-rails` names the graph's kv_indptr against the prefixes, before the graph replays.
@@ -133,6 +135,14 @@ def test_clean_sglang_passes_the_eagle3_draft_check(device):
     run_case(case=EAGLE3_CASE)
 
 
+# a STANDALONE draft (a vanilla Llama of its own weights): no hidden state in its batches, none captured
+STANDALONE_CASE = dataclasses.replace(CASE, spec=dataclasses.replace(CASE.spec, algorithm="STANDALONE"))
+
+
+def test_clean_sglang_passes_the_standalone_draft_check(device):
+    run_case(case=STANDALONE_CASE)
+
+
 def test_eagle3_tree_tokens_unmapped_fail_naming_the_request(device, monkeypatch):
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
 
@@ -210,12 +220,13 @@ def test_eager_draft_rails_one_step_short_fail_naming_the_branch(device, monkeyp
     assert "eager backend's kv_indices of branch" in failure.value.diagnosis
 
 
-def test_padded_extend_writes_left_stale_fail_naming_the_slots(device, monkeypatch):
+@pytest.mark.parametrize("case", [CASE, STANDALONE_CASE], ids=["eagle", "standalone"])
+def test_padded_extend_writes_left_stale_fail_naming_the_slots(device, monkeypatch, case):
     from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
 
     mutate(monkeypatch, EAGLEDraftExtendCudaGraphRunner, "execute", "buffers.out_cache_loc.zero_()\n", "pass\n")
     with pytest.raises(OracleFailure) as failure:
-        run_case()
+        run_case(case=case)
     assert failure.value.oracle == "eager-equality"
     assert "draft replay 3" in failure.value.diagnosis
     assert "differs at KV slot(s)" in failure.value.diagnosis

@@ -112,6 +112,7 @@ def assert_matches_eager(actual: Any, expected: Any, *, fp64_reference: Any = No
         if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor):
             _compare_tensor(path, a, e, r if isinstance(r, torch.Tensor) else None, exact, multiplier)
         elif isinstance(a, torch.Tensor) or isinstance(e, torch.Tensor):
-            raise OracleFailure(ORACLE, f"{path}: one side is a tensor, the other a {type(a).__name__}")
+            kind = lambda value: "a tensor" if isinstance(value, torch.Tensor) else repr(value)  # noqa: E731
+            raise OracleFailure(ORACLE, f"{path}: the replay gave {kind(a)}, eager {kind(e)}")
         elif a != e and not (isinstance(a, float) and isinstance(e, float) and math.isclose(a, e, rel_tol=1e-6)):
             raise OracleFailure(ORACLE, f"{path}: value differs from eager", actual=a, expected=e)

@@ -175,6 +175,13 @@ def _eagle3_llama() -> dict:
             "draft_vocab_size": 64}
 
 
+def _standalone_llama() -> dict:
+    """A STANDALONE draft: a vanilla Llama (it reads no hidden state of the target's) of the target's vocabulary,
+    as SGLang requires, and attention geometry (it shares the target's cache here), with an MLP of its own width, so
+    its weights are not the target's."""
+    return {**_dense_llama(), "intermediate_size": 96}
+
+
 FAMILIES = {
     "dense": Family("dense", "LlamaForCausalLM", "llama", _dense_llama()),
     "moe": Family("moe", "Qwen2MoeForCausalLM", "qwen2_moe", _moe_qwen2(), capture_refusal=(
@@ -192,6 +199,7 @@ FAMILIES = {
 DRAFT_FAMILIES = {
     "eagle": Family("eagle", "LlamaForCausalLMEagle", "llama_eagle", _eagle_llama(), algorithm="EAGLE"),
     "eagle3": Family("eagle3", "LlamaForCausalLMEagle3", "llama_eagle3", _eagle3_llama(), algorithm="EAGLE3"),
+    "standalone": Family("standalone", "LlamaForCausalLM", "llama", _standalone_llama(), algorithm="STANDALONE"),
 }
 
 
@@ -220,7 +228,7 @@ def spec(family: str) -> Family:
 
 
 def draft_family(algorithm: str) -> str:
-    """The draft family (`DRAFT_FAMILIES`) a worker of `algorithm` (EAGLE, EAGLE3) runs."""
+    """The draft family (`DRAFT_FAMILIES`) a worker of `algorithm` (EAGLE, EAGLE3, STANDALONE) runs."""
     for name, family in DRAFT_FAMILIES.items():
         if family.algorithm == algorithm:
             return name

@@ -1,7 +1,9 @@
 """The EAGLE draft worker's graphs on a real draft model: SGLang's `EAGLEDraftCudaGraphRunner` capturing SGLang's
 `EagleDraftWorker.draft_forward` (every draft step of a tree of `topk` branches in one graph) and
 `EAGLEDraftExtendCudaGraphRunner` capturing the draft extend after a verify (the model over each request's verify
-window, logits of the last accepted token), over SGLang's `LlamaForCausalLMEagle` (tiny config, dummy weights),
+window, logits of the last accepted token), over SGLang's `LlamaForCausalLMEagle` (tiny config, dummy weights; or
+the EAGLE3 head, or a STANDALONE draft: a vanilla `LlamaForCausalLM` reading no hidden state, its worker SGLang's
+`StandaloneDraftWorker`),
 SGLang's `TritonMultiStepDraftBackend` (one `TritonAttnBackend` per step) and the extend's `TritonAttnBackend`
 (kernels run by Triton's CPU interpreter) and SGLang's real pools.
 
@@ -94,6 +96,17 @@ def draft_missing(personality: str = "cuda") -> str | None:
             return f"SGLang {sglang_version()}: {module}.{name} lacks {', '.join(lacking)}: this target drives the " \
                    "0.5.2x EAGLE draft worker's layout"
     return missing_family(DRAFT_FAMILIES[DRAFT_FAMILY])
+
+
+def worker_missing(algorithm: str) -> str | None:
+    """Why the installed SGLang has no draft worker of its own for `algorithm` (STANDALONE's keeps its own LM head),
+    or None."""
+    from harness.versions import module_exists, sglang_version
+
+    module = "sglang.srt.speculative.standalone_worker_v2"
+    if algorithm == "STANDALONE" and not module_exists(module):
+        return f"SGLang {sglang_version()} has no {module}: no STANDALONE draft worker of the layout this target drives"
+    return None
 
 
 def draft_window_missing() -> str | None:
@@ -226,7 +239,7 @@ class EagleDraftTarget(RealModelTarget):
         if personality not in RUNNER_CLASSES:
             raise HarnessError(f"no EAGLE draft runners for personality {personality!r}: one of {list(RUNNER_CLASSES)}")
         reason = draft_missing(personality) or missing_family(DRAFT_FAMILIES[draft_family(case.spec.algorithm)]) or \
-            (draft_window_missing() if case.spec.draft_window else None)
+            (draft_window_missing() if case.spec.draft_window else None) or worker_missing(case.spec.algorithm)
         if reason:
             raise PathMissing(reason)
         _fresh_input_buffer_pool()
@@ -302,7 +315,8 @@ class EagleDraftTarget(RealModelTarget):
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
         spec = self.case.spec
-        worker = EagleDraftWorker.__new__(EagleDraftWorker)
+        worker_class = _worker_class(spec.algorithm)
+        worker = worker_class.__new__(worker_class)
         super(EagleDraftWorker, worker).__init__()  # what its own __init__ first runs: the base's bookkeeping
         worker.server_args, worker.device, worker.gpu_id = self.server_args, self.device, 0
         worker.topk, worker.speculative_num_steps = spec.topk, spec.num_steps
@@ -318,6 +332,15 @@ class EagleDraftTarget(RealModelTarget):
         return worker
 
     # -- batches -----------------------------------------------------------------------------------------------
+    @property
+    def reads_hidden_states(self) -> bool:
+        """Whether the draft reads the target's hidden states, by SGLang's own answer
+        (`get_draft_recurrent_hidden_state_spec`): a STANDALONE draft, a model of its own, reads none, so its
+        batches carry none and capture none (`CaptureHiddenMode.NULL`, as the worker and its runners ask)."""
+        from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
+
+        return get_draft_recurrent_hidden_state_spec(self.draft_runner)[0] is not None
+
     @property
     def target_hidden_width(self) -> int:
         """How wide the target's hidden states a draft extend reads are: SGLang's own answer
@@ -345,10 +368,11 @@ class EagleDraftTarget(RealModelTarget):
         seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int64, device=device)
         generator = torch.Generator().manual_seed(batch.seed + 1)
         hidden = torch.randn((batch.batch_size, self.draft.model_config.hidden_size), generator=generator)
+        mode = CaptureHiddenMode.LAST if self.reads_hidden_states else CaptureHiddenMode.NULL
         spec_info = EagleDraftInput(
             topk_p=torch.tensor(batch.topk_p, dtype=torch.float32, device=device),
             topk_index=torch.tensor(batch.topk_index, dtype=torch.int64, device=device),
-            hidden_states=hidden.to(device), capture_hidden_mode=CaptureHiddenMode.LAST)
+            hidden_states=hidden.to(device) if self.reads_hidden_states else None, capture_hidden_mode=mode)
         spec_info.num_tokens_per_req = spec_info.num_tokens_for_logprob_per_req = topk
         positions = seq_lens.repeat_interleave(topk, dim=0)
         spec_info.positions = positions
@@ -358,7 +382,7 @@ class EagleDraftTarget(RealModelTarget):
             seq_lens=seq_lens, seq_lens_cpu=seq_lens.cpu(), seq_lens_sum=sum(batch.seq_lens),
             out_cache_loc=torch.tensor(out_cache_loc, dtype=torch.int64, device=device), positions=positions,
             return_logprob=False, spec_algorithm=self.draft_runner.spec_algorithm, spec_info=spec_info,
-            capture_hidden_mode=CaptureHiddenMode.LAST)
+            capture_hidden_mode=mode)
         fb.req_to_token_pool, fb.token_to_kv_pool = self.pools.req_to_token_pool, self.pools.token_to_kv_pool
         if self.case.spec.rejection_sampling:
             self._sampling(fb, batch, generator)
@@ -424,7 +448,8 @@ class EagleDraftTarget(RealModelTarget):
         device, width, bs = self.device, self.case.spec.num_draft_tokens, batch.batch_size
         seq_lens = [n + width for n in batch.prefixes]
         generator = torch.Generator().manual_seed(batch.seed + 1)
-        hidden = torch.randn((bs * width, self.target_hidden_width), generator=generator).to(device)
+        hidden = torch.randn((bs * width, self.target_hidden_width), generator=generator).to(device) \
+            if self.reads_hidden_states else None
         accepted = torch.tensor(batch.accepted, dtype=torch.int32, device=device)
         spec_info = EagleDraftExtendInput(hidden_states=hidden, num_correct_drafts=accepted - 1,
                                           num_accept_tokens=accepted, num_tokens_per_req=width,
@@ -442,7 +467,7 @@ class EagleDraftTarget(RealModelTarget):
             extend_start_loc=as_tensor([width * r for r in range(bs)], torch.int32),
             extend_seq_lens_cpu=[width] * bs, extend_prefix_lens_cpu=list(batch.prefixes),
             return_logprob=False, spec_algorithm=self.draft_runner.spec_algorithm, spec_info=spec_info,
-            capture_hidden_mode=CaptureHiddenMode.FULL)
+            capture_hidden_mode=CaptureHiddenMode.FULL if self.reads_hidden_states else CaptureHiddenMode.NULL)
         fb.req_to_token_pool, fb.token_to_kv_pool = self.pools.req_to_token_pool, self.pools.token_to_kv_pool
         return fb
 
@@ -476,7 +501,7 @@ class EagleDraftTarget(RealModelTarget):
                 output = self.draft_runner.forward(fb).logits_output
         finally:
             self.draft_runner.attn_backend = saved
-        return output.next_token_logits[select_index], output.hidden_states[select_index]
+        return output.next_token_logits[select_index], _rows_of(output.hidden_states, select_index)
 
 
 # -- the check --------------------------------------------------------------------------------------------------
@@ -563,6 +588,24 @@ def _updates_checked(runner, expected, requests: int, where: str):
         check_update_devices(runner, f"{where} replay of {requests} request(s)")
         check_updates(updates_since(before, runner_updates(runner)), expected(padded), f"{where} replay of "
                       f"{requests} request(s) padded to {padded}", requests, runner=type(runner).__name__)
+
+
+def _worker_class(algorithm: str):
+    """The draft worker class SGLang builds for `algorithm`: STANDALONE's keeps its own embedding and LM head."""
+    if algorithm == "STANDALONE":
+        from sglang.srt.speculative.standalone_worker_v2 import StandaloneDraftWorker
+
+        return StandaloneDraftWorker
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
+
+    return EagleDraftWorker
+
+
+def _rows_of(hidden, index=None):
+    """Hidden states kept for a comparison (their `index` rows, or all): None where the draft captures none."""
+    if hidden is None:
+        return None
+    return hidden[index] if index is not None else hidden.clone()
 
 
 def replays_through_npu_backend(runner) -> bool:
@@ -685,7 +728,7 @@ def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where
                           batch.batch_size, f"{where}, draft extend"):
         output = target.replay_extend(fb, select, before_graph=lambda: check_extend_graph_rails(target, batch, where))
     batch_consistency.check_restored(raw, fb, where)
-    replayed = {"next_token_logits": output.next_token_logits.clone(), "hidden_states": output.hidden_states.clone()}
+    replayed = {"next_token_logits": output.next_token_logits.clone(), "hidden_states": _rows_of(output.hidden_states)}
     check_graph_forward(replay_delta(counter.since(mark)), 1, context=where)
     after_replay = pools.snapshot()
     pools.restore(before)
@@ -695,9 +738,13 @@ def check_extend_replay(target: EagleDraftTarget, batch: DraftExtendBatch, where
     after_eager = pools.snapshot()
     # the graph runs the LM head on the selected rows only, eager on the whole window: float32 rounding, `same`'s
     # tolerance; a padded batch's GEMMs have more rows too
-    _check_against_eager(target, replayed, {"next_token_logits": logits, "hidden_states": hidden}, after_replay,
-                         after_eager, exact_output=False, exact_cache=False, what="draft extend", where=where,
-                         slots=f"window slots {out_cache_loc}, {width} a request")
+    eager = {"next_token_logits": logits, "hidden_states": hidden}
+    if not target.reads_hidden_states:
+        # a STANDALONE draft reads no hidden state: the extend graph still captures the draft's own (SGLang's runner
+        # captures LAST whatever the algorithm) where eager captures none (NULL), and nothing reads either
+        replayed.pop("hidden_states"), eager.pop("hidden_states")
+    _check_against_eager(target, replayed, eager, after_replay, after_eager, exact_output=False, exact_cache=False,
+                         what="draft extend", where=where, slots=f"window slots {out_cache_loc}, {width} a request")
 
 
 def _prefix_rows(target: EagleDraftTarget, batch: DraftExtendBatch) -> list[list[int]]:
