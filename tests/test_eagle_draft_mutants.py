@@ -246,14 +246,15 @@ def test_extend_rail_counting_the_window_fails_naming_kv_indptr(device, monkeypa
 def test_draft_splits_by_request_not_branch_fail_naming_the_counts(device, monkeypatch):
     from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
-    run_case(split_tile=4)  # clean SGLang passes under the same flag
+    # tile 8: requests of 5, 14 and 2 tokens split 1, 2 and 1 times; clean SGLang passes the same draft batch
+    run_case(split_tile=8, batches=BATCHES[:1])
     mutate(monkeypatch, TritonAttnBackend, "get_num_kv_splits", "seq_lens.repeat_interleave(num_group)",
            "seq_lens.repeat(num_group)")
     with pytest.raises(OracleFailure) as failure:
-        run_case(split_tile=4)
+        run_case(split_tile=8, batches=BATCHES[:1])
     assert failure.value.oracle == "batch-invariance"
     assert "draft replay 0" in failure.value.diagnosis
-    assert "[2, 4, 1, 2, 4, 1] KV splits per request where tiles of 4" in failure.value.diagnosis
+    assert "[1, 2, 1, 1, 2, 1] KV splits per request where tiles of 8" in failure.value.diagnosis
 
 
 # -- the NPU draft runners (under the virtual device's npu personality) --------------------------------------------
