@@ -109,8 +109,9 @@ def test_clean_sglang_passes_the_tied_lm_head_lora_check(device):
 
 def test_untied_lm_head_off_the_shared_weight_fails_for_every_request(device, monkeypatch):
     """The untied LM head must share the embedding's base weight: left at its construction values (uninitialised
-    memory), every request's logits are wrong, the base model's included; garbage that holds NaN may also make
-    replay and eager disagree, which fails first."""
+    memory), every request's logits are wrong, the base model's included; garbage that holds NaN makes the logits
+    NaN, which fails first, as replay against eager or as eager against SGLang's torch-native attention (whichever
+    comparison meets it first: the memory differs from run to run)."""
     from sglang.srt.lora.lora_manager import LoRAManager
 
     mutate(monkeypatch, LoRAManager, "init_lora_modules", "untied_lm_head.weight = embed_tokens.weight",
@@ -118,7 +119,9 @@ def test_untied_lm_head_off_the_shared_weight_fails_for_every_request(device, mo
     with pytest.raises(OracleFailure) as failure:
         run_case(EMBEDDING, embeddings=True, tied=True)
     if failure.value.oracle == "eager-equality":
-        assert "replay differs from eager" in failure.value.diagnosis
+        assert "replay differs from eager" in failure.value.diagnosis or \
+            "eager on the Triton backend differs from SGLang's torch-native attention" in failure.value.diagnosis, \
+            failure.value.diagnosis
     else:
         assert failure.value.oracle == "lora-reference"
         assert "served with no adapter (the base model), its logits differ" in failure.value.diagnosis
