@@ -57,6 +57,7 @@ from harness.targets.decode.real_model import RealModelTarget, kernels
 RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_cuda_graph_runner"
 EXTEND_RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
+STANDALONE_WORKER_MODULE = "sglang.srt.speculative.standalone_worker_v2"  # STANDALONE's draft worker
 DRAFT_FAMILY = "eagle"  # the EAGLE worker's draft head; EAGLE3's is `draft_family("EAGLE3")`
 NPU_RUNNERS = "sglang.srt.hardware_backend.npu.graph_runner"
 # the runner classes `EagleDraftWorker._capture_cuda_graphs` looks up by the target worker's device
@@ -103,9 +104,9 @@ def worker_missing(algorithm: str) -> str | None:
     or None."""
     from harness.versions import module_exists, sglang_version
 
-    module = "sglang.srt.speculative.standalone_worker_v2"
-    if algorithm == "STANDALONE" and not module_exists(module):
-        return f"SGLang {sglang_version()} has no {module}: no STANDALONE draft worker of the layout this target drives"
+    if algorithm == "STANDALONE" and not module_exists(STANDALONE_WORKER_MODULE):
+        return (f"SGLang {sglang_version()} has no {STANDALONE_WORKER_MODULE}: no STANDALONE draft worker of the "
+                "layout this target drives")
     return None
 
 
@@ -592,13 +593,11 @@ def _updates_checked(runner, expected, requests: int, where: str):
 
 def _worker_class(algorithm: str):
     """The draft worker class SGLang builds for `algorithm`: STANDALONE's keeps its own embedding and LM head."""
+    import importlib
+
     if algorithm == "STANDALONE":
-        from sglang.srt.speculative.standalone_worker_v2 import StandaloneDraftWorker
-
-        return StandaloneDraftWorker
-    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
-
-    return EagleDraftWorker
+        return importlib.import_module(STANDALONE_WORKER_MODULE).StandaloneDraftWorker
+    return importlib.import_module(WORKER_MODULE).EagleDraftWorker
 
 
 def _rows_of(hidden, index=None):

@@ -24,6 +24,8 @@ from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from pathlib import Path
 
+import pytest
+
 from harness.targets.worlds.rank import Job, main
 from harness.worlds.record import RankRecord
 from harness.worlds.world import WorldCase
@@ -75,12 +77,10 @@ def _root_server(sglang_root: str) -> forkserver.ForkServer:
     if sglang_root not in _ROOT_SERVER:
         server = forkserver.ForkServer()
         server.set_forkserver_preload([PRELOAD])
-        path = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join([sglang_root, path or ""]).rstrip(os.pathsep)
-        try:
+        with pytest.MonkeyPatch.context() as patches:
+            patches.setenv("PYTHONPATH", os.pathsep.join([sglang_root, os.environ.get("PYTHONPATH", "")])
+                           .rstrip(os.pathsep))
             server.ensure_running()
-        finally:
-            os.environ.pop("PYTHONPATH") if path is None else os.environ.__setitem__("PYTHONPATH", path)
         _ROOT_SERVER[sglang_root] = server
     return _ROOT_SERVER[sglang_root]
 
@@ -89,14 +89,17 @@ def _launch(context, job: Job, connection):
     """Start `job`'s rank: (its process, the context the next rank starts from). When no fork server can start the
     first rank (its preload died importing the mutant), the world's ranks are spawned, and each meets the import
     error itself: its record says so."""
-    process = context.Process(target=main, args=(job, connection), name=f"harness-rank{job.rank}", daemon=True)
+    def rank_process(context):
+        return context.Process(target=main, args=(job, connection), name=f"harness-rank{job.rank}", daemon=True)
+
+    process = rank_process(context)
     try:
         _start(process, job.sglang_root)
     except (OSError, EOFError):
         if job.rank or context.get_start_method() == "spawn":
             raise
         context = multiprocessing.get_context("spawn")
-        process = context.Process(target=main, args=(job, connection), name=f"harness-rank{job.rank}", daemon=True)
+        process = rank_process(context)
         process.start()
     return process, context
 
@@ -107,15 +110,13 @@ def _start(process, sglang_root: str | None) -> None:
     if sglang_root is None or not isinstance(process, multiprocessing.context.ForkServerProcess):
         process.start()
         return
-    standard = forkserver.connect_to_new_process
-    forkserver.connect_to_new_process = _root_server(sglang_root).connect_to_new_process
-    try:
-        process.start()
-    except (OSError, EOFError):  # the server died in its preload: the mutant's import raised (not ImportError)
-        _ROOT_SERVER.pop(sglang_root)._stop()
-        raise
-    finally:
-        forkserver.connect_to_new_process = standard
+    with pytest.MonkeyPatch.context() as patches:
+        patches.setattr(forkserver, "connect_to_new_process", _root_server(sglang_root).connect_to_new_process)
+        try:
+            process.start()
+        except (OSError, EOFError):  # the server died in its preload: the mutant's import raised (not ImportError)
+            _ROOT_SERVER.pop(sglang_root)._stop()
+            raise
 
 
 def _free_port() -> int:
