@@ -106,7 +106,7 @@ SUITES: tuple[Suite, ...] = (
     ),
     Suite(
         name="real_models",
-        paths=("suites/test_real_models.py", "suites/test_server_lifetime.py"),
+        paths=("suites/test_real_models.py", "suites/test_server_lifetime.py", "suites/test_custom_ops.py"),
         target="decode.real_model",
         records={"real_models": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_scheduled": Picture("batch size", "forward mode", note="replayed"),
@@ -121,7 +121,7 @@ SUITES: tuple[Suite, ...] = (
                  "real_models_hybrid": Picture("batch size", "forward mode", note="replayed"),
                  "real_models_encoder": None,
                  "real_models_reference": None,
-                 "real_models_refusal": None, "real_models_findings": None},
+                 "real_models_refusal": None, "real_models_findings": None, "real_models_custom_ops": None},
         coverage=("srt/models/llama.py", "srt/models/qwen2_moe.py", "srt/models/deepseek_v2.py",
                   "srt/models/qwen2_vl.py", "srt/models/gemma2.py", "srt/layers/attention/triton_backend.py",
                   "srt/speculative/eagle_draft_cuda_graph_runner.py",
@@ -133,7 +133,9 @@ SUITES: tuple[Suite, ...] = (
                   "srt/model_executor/cuda_graph_buffer_registry.py",
                   # the hybrid family: its model, backend wrapper and linear-attention backend, its pools
                   "srt/models/qwen3_5_text.py", "srt/layers/attention/hybrid_linear_attn_backend.py",
-                  "srt/layers/attention/linear/gdn_backend.py", "srt/mem_cache/memory_pool.py"),
+                  "srt/layers/attention/linear/gdn_backend.py", "srt/mem_cache/memory_pool.py",
+                  # custom ops under opcheck: the registration helper every op goes through
+                  "srt/utils/custom_op.py"),
     ),
     Suite(
         name="parallel_worlds",
