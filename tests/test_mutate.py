@@ -453,3 +453,34 @@ def test_a_mutant_of_a_multiline_condition_is_reached_by_its_operands_lines():
     node = ast.parse(source).body[0]
     swapped = next(m for m in operators.function_mutants("x.py", source, "f", node) if m.operator == "swap-and-or")
     assert swapped.line == 2 and {3, 4} <= set(swapped.lines)
+
+
+class _WarmThatPrints:
+    """A warm worker's stand-in: answers every run with `code` and `output`."""
+
+    def __init__(self, code: int, output: str):
+        self.code, self.output = code, output
+
+    def run(self, args, **kwargs):
+        return self.code, self.output
+
+
+def test_a_mutant_sglang_cannot_import_is_killed_not_a_stale_line_map(tmp_path):
+    """A mutant that breaks SGLang's import (a removed statement defining a name every registration reads) fails
+    the named items' collection, and pytest exits 4 as for an unknown item: that is a kill, with the error; an
+    item that is simply not there still stops the run (seed 12011 over `register_custom_op`)."""
+    from harness.errors import HarnessError
+    from harness.mutate.judge import _run
+
+    mutant = operators.Mutant(file="srt/utils/custom_op.py", function="register_custom_op", line=1,
+                              operator="remove-statement", start=(1, 0), end=(1, 1), replacement="pass",
+                              original="x", mutated="pass", base="0")
+    broken = ("ERROR collecting suites/test_prefill_pcg.py\nE   NameError: name 'extra_kwarg_keys' is not defined\n"
+              "ERROR: found no collectors for suites/test_prefill_pcg.py::test_piecewise_forward_modes\n")
+    verdict, fields = _run(mutant, tmp_path, ["suites/test_prefill_pcg.py::x"], tmp_path / "run", 60, None,
+                           _WarmThatPrints(4, broken))
+    assert verdict == KILLED and fields["oracle"] == "crash", fields
+    assert "NameError: name 'extra_kwarg_keys'" in fields["diagnosis"], fields
+    with pytest.raises(HarnessError, match="line map"):
+        _run(mutant, tmp_path, ["suites/test_prefill_pcg.py::x"], tmp_path / "run", 60, None,
+             _WarmThatPrints(4, "ERROR: not found: suites/test_prefill_pcg.py::x\n"))
