@@ -32,17 +32,27 @@ def registry(layout):  # the layout first: it prepares SGLang's imports (the sgl
         pytest.skip(str(missing))
 
 
-def test_every_sglang_custom_op_has_a_fake_implementation(registry, device):
+def test_every_sglang_custom_op_is_registered_with_a_fake_implementation(registry, device):
     with example(RECORD, check="fake implementations") as ex:
         ex.note("registering_modules", len(registry.modules))
         ex.note("modules_not_importable_here", registry.import_errors)
+        custom_op_contract.check_imports(registry.own_import_errors(), len(registry.modules))
+        ex.note("declared_at_import", custom_op_contract.check_registered(registry.declared,
+                                                                           set(custom_ops.registered_ops())))
         ex.note("ops_checked", custom_op_contract.check_fakes(registry.sites))
 
 
+def each_runnable_op(test):
+    """An explicit case of every op the harness can run here, so every gate holds each one: sizes where a GEMM's
+    in and out features differ (a fake that swaps them is wrong) and a collective's output starts unlike its
+    input (a write into it shows)."""
+    for seed, op in enumerate(sorted(custom_ops.RUNNABLE)):
+        test = explicit(case=OpCase(op, rows=3, cols=5, inner=8, dtype="float32", bias=True, seed=seed))(test)
+    return test
+
+
 @suite_settings(gate_examples=6)
-# a GEMM whose in and out features differ (a fake that swaps them is wrong), and a collective writing its output
-@explicit(case=OpCase("bf16_gemm_dispatch", rows=3, cols=5, inner=8, dtype="float32", bias=True, seed=0))
-@explicit(case=OpCase("reg_all_gather_into_tensor", rows=2, cols=4, inner=1, dtype="float32", bias=False, seed=1))
+@each_runnable_op
 @given(case=st.deferred(lambda: op_cases(custom_ops.load().runnable())))
 def test_custom_op_passes_opcheck(registry, case, device):
     with example(RECORD, **dataclasses.asdict(case)) as ex:

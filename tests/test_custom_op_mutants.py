@@ -4,6 +4,13 @@ scratch copy of SGLang, the clean run the suite's own:
 - fake_removed: MXFP4's dequantisation op registered without its fake implementation (a GPU-only op: the check of
   fakes holds the whole registry, not the ops this machine can run); its first compiled caller would fail at trace
   time with "has no fake impl".
+- function_form_registers_nothing: `register_custom_op(function, ...)` (the call form, not the decorator) returns
+  its decorator instead of applying it, so the op is never registered (seed 12011 of `mutate` left this alive
+  before `check_registered`): the registry's source scan names each op a module registers at import.
+- registration_raises_at_import: NemotronH's Mamba2 op given both `fake_impl=` and `out_shape=`, which the helper
+  refuses with an assertion, so `nemotron_h.py` (no served family imports it here) no longer imports and every op
+  it registers drops out of the other checks: a module failing in SGLang's own code is a failure, unlike one that
+  lacks a package or a GPU. (A module the served families import fails their collection first, loudly.)
 - gemm_fake_swaps_features: the bf16 GEMM op's fake sizes its output by the weight's in-features, not its
   out-features; opcheck's `test_faketensor` sees the fake and real outputs differ.
 - all_gather_write_undeclared: the all-gather op registered without `mutates_args=["output"]`, so its schema says
@@ -18,7 +25,7 @@ from tests.mutant_runs import Mutant, assert_caught, tiered
 
 pytestmark = pytest.mark.subprocess
 
-FAKES = "suites/test_custom_ops.py::test_every_sglang_custom_op_has_a_fake_implementation"
+FAKES = "suites/test_custom_ops.py::test_every_sglang_custom_op_is_registered_with_a_fake_implementation"
 OPCHECK = "suites/test_custom_ops.py::test_custom_op_passes_opcheck"
 
 MUTANTS = {
@@ -28,6 +35,20 @@ MUTANTS = {
                 "@register_custom_op(fake_impl=None)\n")],
         oracle="custom-op-contract",
         texts=["sglang::dequant_mxfp4 (srt/layers/quantization/mxfp4.py:292)", "no fake implementation"]),
+    "function_form_registers_nothing": Mutant(
+        test=FAKES,
+        edits=[("srt/utils/custom_op.py",
+                "    if fn is not None:\n        return decorator(fn)\n    return decorator\n",
+                "    return decorator\n")],
+        oracle="custom-op-contract",
+        texts=["are not registered after the import", "sglang::fused_inplace_qknorm (srt/models/utils.py:773)"]),
+    "registration_raises_at_import": Mutant(
+        test=FAKES,
+        edits=[("srt/models/nemotron_h.py", '@register_custom_op(mutates_args=["output"])\n@register_split_op()\n',
+                '@register_custom_op(mutates_args=["output"], out_shape=None, fake_impl=None)\n'
+                '@register_split_op()\n')],
+        oracle="custom-op-contract",
+        texts=["fail to import, in SGLang's own code", "sglang.srt.models.nemotron_h: AssertionError"]),
     "gemm_fake_swaps_features": Mutant(
         test=OPCHECK,
         edits=[("srt/layers/quantization/unquant.py",

@@ -2,7 +2,9 @@
 tells PyTorch the truth about it, as PyTorch's own `torch.library.opcheck` judges.
 
 Dynamo and AOTAutograd never run a custom op's kernel while tracing: they run its fake implementation on fake
-tensors, and trust its schema for what it mutates and aliases. So the contract has two parts:
+tensors, and trust its schema for what it mutates and aliases. So the contract has three parts:
+- `check_imports` and `check_registered`: every module of SGLang that registers ops imports (unless a package or
+  GPU this machine lacks stops it), and every op it registers at its import (found in its source) exists after.
 - `check_fakes`: every op of SGLang's library has a fake implementation (or a Meta kernel, or decomposes). Without
   one, the first compiled region that reaches it fails at trace time ("... has no fake impl"), a failure users
   report from model code; the check needs no kernel, so it holds every op SGLang registers, GPU-only ones included.
@@ -55,6 +57,30 @@ def check_fakes(sites: dict[str, str], namespace: str = "sglang") -> int:
             "`register_custom_op` takes `fake_impl=` or derives one from `out_shape=`",
             ops=missing, sites={name: sites[name] for name in missing})
     return len(sites)
+
+
+def check_imports(own_errors: dict[str, str], modules: int) -> None:
+    """Fail naming every module of SGLang that registers ops and fails to import here for a reason in SGLang's own
+    code (`own_errors`: {module: "Type: message (file:line)"}): its ops are missing from every other check."""
+    if own_errors:
+        where = "; ".join(f"{module}: {why}" for module, why in sorted(own_errors.items()))
+        raise OracleFailure(
+            ORACLE, f"{len(own_errors)} of the {modules} SGLang modules that register custom ops fail to import, "
+            f"in SGLang's own code (not for a package or GPU this machine lacks): {where}", modules=own_errors)
+
+
+def check_registered(declared: dict[str, str], registered: set[str], namespace: str = "sglang") -> int:
+    """Fail naming every op SGLang's source registers at a module's import (`declared`: {name: "path:line"}) that
+    the dispatcher does not hold once the module imported: the registration did not run (or ran under another
+    name), so the first call of it, compiled or not, fails; returns how many were checked."""
+    missing = sorted(set(declared) - registered)
+    if missing:
+        where = ", ".join(f"{namespace}::{name} ({declared[name]})" for name in missing)
+        raise OracleFailure(
+            ORACLE, f"{len(missing)} of the {len(declared)} custom ops SGLang's modules register at import are not "
+            f"registered after the import: {where}; the registration helper returned without registering them",
+            ops=missing, sites={name: declared[name] for name in missing})
+    return len(declared)
 
 
 def _shapes(values) -> list:

@@ -54,8 +54,9 @@ ORACLES: dict[str, Oracle] = {oracle.name: oracle for oracle in (
     Oracle("kwargs-validity", "`build_torch_compile_kwargs` never passes `mode` with `options`; NPU gets its "
            "backend with `dynamic=False`; built-in platforms keep `mode`", "harness/oracles/compile_contract.py",
            ("test_compile_kwargs_mutants.py",)),
-    Oracle("custom-op-contract", "every custom op SGLang registers has a fake implementation, and where its own "
-           "implementation runs here it passes `torch.library.opcheck` (schema, fake, autograd, AOT dispatch)",
+    Oracle("custom-op-contract", "every custom op SGLang's modules register at import exists and has a fake "
+           "implementation, and where its own implementation runs here it passes `torch.library.opcheck` (schema, "
+           "fake, autograd, AOT dispatch)",
            "harness/oracles/custom_op_contract.py", ("test_custom_op_mutants.py",)),
     Oracle("compiles", "the kwargs SGLang built are accepted by a real `torch.compile` of a real module",
            "harness/oracles/compiles.py", ("test_oracles.py", "test_expected_errors.py")),

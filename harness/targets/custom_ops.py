@@ -8,7 +8,7 @@ line that define them. An op no SGLang file defines (the harness's own split op 
 is not SGLang's and is left out.
 
     registry = load()          # imports the registering modules; PathMissing on a release without the helpers
-    registry.sites             # {"bf16_gemm_dispatch": "srt/layers/quantization/unquant.py:466", ...}
+    registry.sites             # {"bf16_gemm_dispatch": "srt/layers/quantization/unquant.py:465", ...}
     registry.import_errors     # {"sglang.srt.layers.foo": "ImportError: ..."}
     registry.implementation("bf16_gemm_dispatch")   # SGLang's function, for a CPU kernel (`add_cpu_kernel`)
 """
@@ -37,12 +37,34 @@ HELPER_HOME = "sglang.srt.utils.common"  # `direct_register_custom_op`, in every
 OUTSIDE = ("sglang.multimodal_gen.", "sglang.kernels.ops.diffusion.")
 
 
+# Import errors of this machine, not of SGLang: a third-party package absent (cutlass, flashinfer, sgl_kernel), a CPU
+# build of torch without CUDA's bindings, no GPU driver.
+ENVIRONMENT = re.compile(r"^ModuleNotFoundError: No module named '(?!sglang)|torch\._C|NVIDIA|CUDA|[Dd]river")
+
+
+def _described(error: BaseException) -> str:
+    """`Type: first line (file:line)` of an exception, the line where it was raised."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}{where}"
+
+
 @dataclasses.dataclass
 class CustomOpRegistry:
     root: Path  # the sglang package directory
     modules: dict[str, Path]  # registering module -> its file
-    import_errors: dict[str, str]  # registering module that cannot import here -> why
+    import_errors: dict[str, str]  # registering module that cannot import here -> why (and where it raised)
     sites: dict[str, str]  # op name -> "path inside sglang:line" of its definition
+    declared: dict[str, str]  # op name -> "path:line" of a registration its module runs at import
+
+    def own_import_errors(self) -> dict[str, str]:
+        """The import errors that are SGLang's, not this machine's: a module that fails for want of a package or a
+        GPU (`ENVIRONMENT`) hides its registrations honestly; one that fails in SGLang's own code hides them
+        from every other check, so it is a failure itself."""
+        return {module: why for module, why in self.import_errors.items() if not ENVIRONMENT.search(why)}
 
     def runnable(self) -> tuple[str, ...]:
         """The ops of `RUNNABLE` this SGLang registers."""
@@ -51,7 +73,7 @@ class CustomOpRegistry:
     def implementation(self, name: str) -> Callable:
         """SGLang's own Python function behind `sglang::name`: what its registration registered as the kernel,
         kept as `__wrapped__` by the eager shortcut newer releases return; where the module holds only the op
-        (0.5.9-0.5.1x bind `torch.ops.sglang.name`), the `def` compiled from SGLang's source without its
+        (0.5.9 binds `torch.ops.sglang.name` there), the `def` compiled from SGLang's source without its
         decorators, in its module's globals."""
         path, line = self.sites[name].rsplit(":", 1)
         module = importlib.import_module("sglang." + path.removesuffix(".py").replace("/", "."))
@@ -96,7 +118,7 @@ def _definition(name: str, modules: dict[str, Path], root: Path) -> str | None:
     name defined elsewhere (`name = register_custom_op(name, ...)`), else the name given as a string (`op_name=`)."""
     word = re.escape(name)
     helper = _ANY_HELPER
-    for pattern in (rf"^[ \t]*@(?:{helper})\b(?:[^\n]*\n){{0,12}}?[ \t]*def {word}\(",
+    for pattern in (rf"^[ \t]*@(?:{helper})\b(?:(?![ \t]*def )[^\n]*\n){{0,12}}?[ \t]*def {word}\(",
                     rf"^[ \t]*def {word}\(", rf"\b(?:{helper})\(\s*{word}\b", rf"[\"']{word}[\"']"):
         compiled = re.compile(pattern, re.M)
         for path in modules.values():
@@ -105,6 +127,65 @@ def _definition(name: str, modules: dict[str, Path], root: Path) -> str | None:
             if match:
                 return f"{path.relative_to(root)}:{text.count(chr(10), 0, match.start()) + 1}"
     return None
+
+
+def _helper(call: ast.AST) -> str | None:
+    """Which registration helper `call` calls, if it is a call of one (`helper(...)` or `module.helper(...)`)."""
+    if not isinstance(call, ast.Call):
+        return None
+    name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+    return name if name in HELPERS else None
+
+
+def _keyword(call: ast.Call, name: str):
+    """The constant passed as keyword `name` to `call`, or None."""
+    for keyword in call.keywords:
+        if keyword.arg == name and isinstance(keyword.value, ast.Constant):
+            return keyword.value.value
+    return None
+
+
+def _eager(call: ast.Call) -> bool:
+    """Whether `register_custom_op(...)` registers at once: `eager` absent (its default, True) or the constant True;
+    an expression (0.5.9's `eager=_use_aiter`) depends on the platform, so it is not counted."""
+    given = [keyword.value for keyword in call.keywords if keyword.arg == "eager"]
+    return not given or (isinstance(given[0], ast.Constant) and given[0].value is True)
+
+
+def _registrations(node: ast.stmt):
+    """(op name, line) of each registration a module's top-level statement `node` runs at import: a function
+    decorated by `register_custom_op` (eagerly: `eager=False` defers it to the first call), or a call of
+    `register_custom_op(function, ...)` / `direct_register_custom_op("name", ...)`."""
+    if isinstance(node, ast.FunctionDef):
+        for decorator in node.decorator_list:
+            if getattr(decorator, "id", None) == "register_custom_op":
+                yield node.name, decorator.lineno
+            elif _helper(decorator) == "register_custom_op" and not decorator.args and _eager(decorator):
+                yield _keyword(decorator, "op_name") or node.name, decorator.lineno
+        return
+    call = getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.Expr)) else None
+    helper = _helper(call)
+    if helper == "register_custom_op" and call.args and isinstance(call.args[0], ast.Name) and _eager(call):
+        yield _keyword(call, "op_name") or call.args[0].id, call.lineno
+    elif helper == "direct_register_custom_op":
+        first = call.args[0] if call.args else None
+        name = _keyword(call, "op_name") or (first.value if isinstance(first, ast.Constant) else None)
+        if isinstance(name, str):
+            yield name, call.lineno
+
+
+def declared_at_import(modules: dict[str, Path], root: Path, skip=()) -> dict[str, str]:
+    """{op name: "path:line"} of every registration at the top level of a module of `modules` (those in `skip`,
+    which did not import here, aside): each must exist once its module imported. Registrations nested in a
+    condition, a function or a class (a platform's kernels, a lazily built op) are not counted."""
+    declared: dict[str, str] = {}
+    for module, path in modules.items():
+        if module in skip:
+            continue
+        for node in ast.parse(path.read_text(errors="replace")).body:
+            for name, line in _registrations(node):
+                declared.setdefault(name, f"{path.relative_to(root)}:{line}")
+    return declared
 
 
 @functools.cache
@@ -119,14 +200,14 @@ def load() -> CustomOpRegistry:
     for name in modules:
         try:
             importlib.import_module(name)
-        except Exception as error:  # noqa: BLE001 - a GPU-only import, kept with its reason
-            errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:200]
+        except Exception as error:  # noqa: BLE001 - kept with its reason; `own_import_errors` judges it
+            errors[name] = _described(error)
     sites = {}
     for name in registered_ops():
         site = _definition(name, modules, root)
         if site is not None:
             sites[name] = site
-    return CustomOpRegistry(root, modules, errors, sites)
+    return CustomOpRegistry(root, modules, errors, sites, declared_at_import(modules, root, skip=errors))
 
 
 def _gemm(case, group: str, device: str, make) -> tuple:
