@@ -114,8 +114,8 @@ def registered_ops() -> list[str]:
 
 def _definition(name: str, modules: dict[str, Path], root: Path) -> str | None:
     """`path:line` where a registering file defines `name`: its `def` under a registration decorator, else any
-    `def`, else the registration of a function of that
-    name defined elsewhere (`name = register_custom_op(name, ...)`), else the name given as a string (`op_name=`)."""
+    `def`, else the registration of a function defined elsewhere (`name = register_custom_op(name, ...)`), else
+    the name given as a string (`op_name=`)."""
     word = re.escape(name)
     helper = _ANY_HELPER
     for pattern in (rf"^[ \t]*@(?:{helper})\b(?:(?![ \t]*def )[^\n]*\n){{0,12}}?[ \t]*def {word}\(",
@@ -210,12 +210,12 @@ def load() -> CustomOpRegistry:
     return CustomOpRegistry(root, modules, errors, sites, declared_at_import(modules, root, skip=errors))
 
 
-def _gemm(case, group: str, device: str, make) -> tuple:
+def _gemm(case, group: str, make) -> tuple:
     x, weight = make(case.rows, case.inner), make(case.cols, case.inner)
     return x, weight, make(case.cols) if case.bias else None
 
 
-def _into(case, group: str, device: str, make) -> tuple:  # (output, input, group): a one-rank world's sizes
+def _into(case, group: str, make) -> tuple:  # (output, input, group): a one-rank world's sizes
     return make(case.rows, case.cols), make(case.rows, case.cols), group
 
 
@@ -225,8 +225,8 @@ def _into(case, group: str, device: str, make) -> tuple:  # (output, input, grou
 # (the piecewise MoE ops), and is held to `check_fakes` only.
 RUNNABLE: dict[str, Callable] = {
     "bf16_gemm_dispatch": _gemm,
-    "inplace_all_reduce": lambda case, group, device, make: (make(case.rows, case.cols), group),
-    "outplace_all_reduce": lambda case, group, device, make: (make(case.rows, case.cols), group, "auto"),
+    "inplace_all_reduce": lambda case, group, make: (make(case.rows, case.cols), group),
+    "outplace_all_reduce": lambda case, group, make: (make(case.rows, case.cols), group, "auto"),
     "reg_all_gather_into_tensor": _into,
     "reg_reduce_scatter_tensor": _into,
     "reg_all_to_all_single": _into,
@@ -242,7 +242,7 @@ def inputs(case, group: str, device: str) -> tuple:
     def make(*shape):
         return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
 
-    return RUNNABLE[case.op](case, group, device, make)
+    return RUNNABLE[case.op](case, group, make)
 
 
 def one_rank_group() -> str:
@@ -265,12 +265,9 @@ def refusal(name: str, args: tuple) -> str | None:
     out-of-place all-reduce asserts a communicator, which a one-rank CPU group lacks), or None when it runs.
     opcheck would report such a refusal as a failure of each of its tests; it is the input's, not the
     registration's."""
-    import traceback
-
     copies = tuple(arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args)
     try:
         getattr(torch.ops.sglang, name).default(*copies)
     except Exception as error:  # noqa: BLE001 - any refusal, kept with where SGLang raised it
-        frame = traceback.extract_tb(error.__traceback__)[-1]
-        return f"{type(error).__name__}: {str(error)[:200]} ({Path(frame.filename).name}:{frame.lineno})"
+        return _described(error)
     return None
